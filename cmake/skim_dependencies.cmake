@@ -1,0 +1,16 @@
+# Finds skim's dependencies; included by the top-level CMakeLists.txt and by the installed
+# skimConfig.cmake so that a consumer sees exactly what skim's own build saw.
+include(CMakeFindDependencyMacro)
+find_dependency(xsimd 8 CONFIG)
+find_dependency(Eigen3 3.4 NO_MODULE)
+
+# Debian 12's xsimd 8.1 package exports a target that links "xtl", but ships no xtl package
+# (xsimd needs xtl only for its optional xtl::complex support, which skim does not use).
+# Without a target of that name the linker is asked for -lxtl and fails, so stand in an empty one.
+if(TARGET xsimd AND NOT TARGET xtl)
+  get_target_property(_skim_xsimd_libs xsimd INTERFACE_LINK_LIBRARIES)
+  if(_skim_xsimd_libs MATCHES "(^|;)xtl(;|$)")
+    add_library(xtl INTERFACE IMPORTED)
+  endif()
+  unset(_skim_xsimd_libs)
+endif()
