@@ -1,0 +1,116 @@
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "skim/core/dtypes.hpp"
+
+using namespace skim;
+
+namespace {
+
+// Independent round-to-nearest-even bf16 oracle: pick the nearer of the two bf16 neighbours in
+// double precision, the even one on a tie.
+std::uint16_t bf16_oracle(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t lo = x & 0xffff0000u;
+  const std::uint32_t hi = lo + 0x10000u;
+  const double d = f;
+  const double dlo = std::bit_cast<float>(lo);
+  const float fhi = std::bit_cast<float>(hi);
+  // hi may be inf (rounding past the largest finite bf16); its distance is then 2^128 - |lo|'s spacing.
+  const double dhi = std::isinf(fhi) ? std::copysign(std::ldexp(1.0, 128), d) : static_cast<double>(fhi);
+  const double elo = std::fabs(d - dlo), ehi = std::fabs(dhi - d);
+  if (elo < ehi) return static_cast<std::uint16_t>(lo >> 16);
+  if (ehi < elo) return static_cast<std::uint16_t>(hi >> 16);
+  return static_cast<std::uint16_t>(((lo >> 16) & 1u) ? hi >> 16 : lo >> 16);
+}
+
+std::uint16_t half_oracle(float f) {
+  const _Float16 h = static_cast<_Float16>(f);  // g++'s conversion rounds to nearest even
+  std::uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+}  // namespace
+
+TEST_CASE("half: every finite half round-trips through float exactly") {
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const half h = half::from_bits(static_cast<std::uint16_t>(b));
+    const float f = h.to_float();
+    _Float16 ref;
+    const std::uint16_t bits = static_cast<std::uint16_t>(b);
+    std::memcpy(&ref, &bits, 2);
+    if (std::isnan(f)) {
+      CHECK(std::isnan(static_cast<float>(ref)));
+      CHECK(std::isnan(half::from_float(f).to_float()));
+      continue;
+    }
+    CHECK(std::bit_cast<std::uint32_t>(f) == std::bit_cast<std::uint32_t>(static_cast<float>(ref)));
+    CHECK(half::from_float(f).bits == b);
+  }
+}
+
+TEST_CASE("half: from_float rounds to nearest even on random floats and on halfway points") {
+  std::mt19937 rng(20261130u);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  int checked = 0;
+  for (int i = 0; i < 200000; ++i) {
+    // Exponents concentrated around the half range (subnormals, normals, overflow).
+    std::uint32_t x = bits(rng);
+    const std::uint32_t exp = 95u + (x >> 24) % 50u;  // 2^-32 .. 2^17
+    x = (x & 0x807fffffu) | (exp << 23);
+    const float f = std::bit_cast<float>(x);
+    REQUIRE(half::from_float(f).bits == half_oracle(f));
+    ++checked;
+  }
+  // Exact ties between neighbouring halves: the even one wins.
+  for (std::uint32_t b = 0; b < 0x7bffu; ++b) {
+    const float a = half::from_bits(static_cast<std::uint16_t>(b)).to_float();
+    const float c = half::from_bits(static_cast<std::uint16_t>(b + 1)).to_float();
+    const float mid = static_cast<float>((static_cast<double>(a) + c) / 2);
+    REQUIRE(half::from_float(mid).bits == half_oracle(mid));
+    REQUIRE(half::from_float(-mid).bits == half_oracle(-mid));
+  }
+  CHECK(checked == 200000);
+  CHECK(half::from_float(65519.0f).bits == 0x7bffu);  // largest finite
+  CHECK(half::from_float(65520.0f).bits == 0x7c00u);  // tie to even: infinity
+  CHECK(half::from_float(-std::numeric_limits<float>::infinity()).bits == 0xfc00u);
+  CHECK(std::isnan(half::from_float(std::numeric_limits<float>::quiet_NaN()).to_float()));
+}
+
+TEST_CASE("bfloat16: from_float rounds to nearest even, keeps inf and NaN") {
+  std::mt19937 rng(7u);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    const float f = std::bit_cast<float>(bits(rng));
+    if (std::isnan(f)) {
+      CHECK(std::isnan(bfloat16::from_float(f).to_float()));
+      continue;
+    }
+    REQUIRE(bfloat16::from_float(f).bits == bf16_oracle(f));
+  }
+  // Ties: x.5 ulp in bf16 terms.
+  CHECK(bfloat16::from_float(std::bit_cast<float>(0x3f808000u)).bits == 0x3f80u);  // tie, even below
+  CHECK(bfloat16::from_float(std::bit_cast<float>(0x3f818000u)).bits == 0x3f82u);  // tie, even above
+  CHECK(bfloat16::from_float(std::numeric_limits<float>::max()).bits == 0x7f80u);  // rounds to inf
+  CHECK(bfloat16::from_float(std::numeric_limits<float>::infinity()).bits == 0x7f80u);
+  // A NaN whose payload sits only in the dropped bits must stay a NaN (not become inf).
+  CHECK(std::isnan(bfloat16::from_float(std::bit_cast<float>(0x7f800001u)).to_float()));
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const bfloat16 h = bfloat16::from_bits(static_cast<std::uint16_t>(b));
+    if (!std::isnan(h.to_float())) REQUIRE(bfloat16::from_float(h.to_float()).bits == b);
+  }
+}
+
+TEST_CASE("to_float/from_float dispatch on the element type") {
+  CHECK(to_float(from_float<half>(1.5f)) == 1.5f);
+  CHECK(to_float(from_float<bfloat16>(-2.25f)) == -2.25f);
+  CHECK(to_float(from_float<float>(0.1f)) == 0.1f);
+  CHECK(to_float(from_float<half>(0.1f)) != 0.1f);  // fp16 cannot hold 0.1 exactly
+}
