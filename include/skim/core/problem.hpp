@@ -37,8 +37,8 @@ struct problem {
   std::int32_t block_kv = 64;  // bk, key tokens per block
   mask_kind mask = mask_kind::causal;
   float softmax_scale = 0.0f;                // 0 means 1/sqrt(head_dim)
-  std::span<const std::int32_t> cu_seqlens_q;   // [batch + 1], cu_seqlens_q[0] == 0, non-decreasing
-  std::span<const std::int32_t> cu_seqlens_kv;  // [batch + 1], cu_seqlens_kv[0] == 0, non-decreasing
+  std::span<const std::int32_t> cu_seqlens_q{}; // [batch + 1], cu_seqlens_q[0] == 0, non-decreasing
+  std::span<const std::int32_t> cu_seqlens_kv{}; // [batch + 1], cu_seqlens_kv[0] == 0, non-decreasing
   index_scope scope = index_scope::kv_head;
 
   [[nodiscard]] constexpr std::int32_t batch() const noexcept {
