@@ -116,8 +116,8 @@ struct paged_kv {
   std::int64_t page_stride = 0; // elements between pages (>= page_size * token_stride)
   std::int64_t token_stride = 0;  // elements between tokens of a page (>= heads_kv * head_stride)
   std::int64_t head_stride = 0;   // elements between heads of a token (>= head_dim)
-  std::span<const std::int32_t> page_indptr{}; // [batch + 1]
-  std::span<const std::int32_t> page_indices{};// [page_indptr[batch]]
+  std::span<const std::int32_t> page_indptr{};   // [batch + 1]
+  std::span<const std::int32_t> page_indices{};  // [page_indptr[batch]]
 
   // Dense [pages, page_size, heads_kv, head_dim] layout.
   [[nodiscard]] static constexpr paged_kv packed(const T* k, const T* v, std::int32_t num_pages,
