@@ -1,0 +1,64 @@
+#pragma once
+// The summarizer concept: a cheap description of one key block of one kv head, which a router
+// scores against a query (DESIGN.md §1 stage 1, §3).
+//
+// A summarizer is a stateless policy type; its state lives in a *record* of floats the caller
+// owns, one per (key block, kv head) — see skim/summarize/build.hpp for the batch-wide layout.
+// A record is filled by appending the block's keys in slot order 0, 1, 2, ... (slot = position
+// of the key within its block), exactly as a decode loop sees them, so a record built in one
+// batch pass and a record built token by token are the same bits.
+//
+// Requirements on S (every function static, noexcept, allocation-free):
+//  1. S::record_floats(head_dim) -> std::int64_t, constexpr: floats per record (> 0).
+//  2. S::workspace_floats(head_dim) -> std::int64_t, constexpr: scratch floats complete_block
+//     needs (0 if none); the caller provides them (build.hpp carves them from its workspace).
+//  3. S::init(record, head_dim): puts record [record_floats(head_dim)] in the empty-block state.
+//  4. S::append(record, key, slot, block_kv, head_dim), for key a `const T*` [head_dim] of any
+//     skim::element T: adds the key at `slot` of its block. @pre the record holds exactly
+//     slots [0, slot) of the same block (in order) and 0 <= slot < block_kv. O(head_dim), never
+//     O(block_kv).
+//  5. S::complete_block(record, keys, block_kv, head_dim, scratch), for keys any callable
+//     `keys(slot) -> const T*` [head_dim] over slots [0, block_kv): called exactly once, right
+//     after slot block_kv - 1 was appended; never for a ragged last block. It may reread the
+//     block's keys (amortised over the block, so a decode step stays O(1) in the block length
+//     on average). scratch is [workspace_floats(head_dim)].
+//  6. S::score(record, q, head_dim) -> float, q a `const float*` [head_dim]: the block's estimated
+//     best q·k, unscaled (no softmax scale). A record holding no key scores -inf.
+// A summarizer without a completion step makes complete_block a no-op.
+//
+// The header of each summarizer says what its score estimates (a mean, a bound, a sample) and
+// checks the concept right after its definition: static_assert(skim::summarizer<mean_pool>).
+
+#include <concepts>
+#include <cstdint>
+#include <type_traits>
+
+#include "skim/core/dtypes.hpp"
+
+namespace skim {
+
+namespace detail {
+// Stands for any accessor of a block's key rows in the concept check (never defined or called).
+template <element T>
+struct block_keys_archetype {
+  const T* operator()(std::int32_t slot) const noexcept;
+};
+}  // namespace detail
+
+template <class S>
+concept summarizer = requires(float* record, const float* record_in, const float* q, std::int32_t slot,
+                              std::int32_t block_kv, std::int32_t head_dim, float* scratch) {
+  { S::record_floats(head_dim) } -> std::same_as<std::int64_t>;
+  typename std::integral_constant<std::int64_t, S::record_floats(128)>;  // usable at compile time
+  { S::workspace_floats(head_dim) } -> std::same_as<std::int64_t>;
+  { S::init(record, head_dim) } noexcept;
+  { S::append(record, static_cast<const float*>(nullptr), slot, block_kv, head_dim) } noexcept;
+  { S::append(record, static_cast<const half*>(nullptr), slot, block_kv, head_dim) } noexcept;
+  { S::append(record, static_cast<const bfloat16*>(nullptr), slot, block_kv, head_dim) } noexcept;
+  { S::complete_block(record, detail::block_keys_archetype<float>{}, block_kv, head_dim, scratch) } noexcept;
+  { S::complete_block(record, detail::block_keys_archetype<half>{}, block_kv, head_dim, scratch) } noexcept;
+  { S::complete_block(record, detail::block_keys_archetype<bfloat16>{}, block_kv, head_dim, scratch) } noexcept;
+  { S::score(record_in, q, head_dim) } noexcept -> std::same_as<float>;
+};
+
+}  // namespace skim

@@ -1,0 +1,65 @@
+#pragma once
+// max_bound: per-dimension minimum and maximum of the block's keys (Quest);
+// score = Σ_i max(q_i·min_i, q_i·max_i), an upper bound of max_j q·k_j over the block.
+//
+// Record [2 * head_dim] floats: min[0, head_dim), then max[0, head_dim). An empty record has
+// min = +inf, max = -inf (min_0 > max_0 marks it; it scores -inf).
+//
+// Why the bound holds in fp32, not only in exact arithmetic: for every key k and dimension i,
+// q_i·k_i <= max(q_i·min_i, q_i·max_i) before rounding, and rounding to fp32 is monotone, so the
+// rounded products keep the order; fp32 addition is monotone in each operand too, so summing the
+// terms in index order (as detail::dot does for q·k) keeps it. Hence score >= dot(q, k) for every
+// key appended, bit for bit, not merely within a tolerance. Keys holding NaN are not supported.
+// The bound is loose when a block's keys spread widely: it scores the best corner of their box.
+
+#include <cstdint>
+
+#include "skim/concepts/summarizer.hpp"
+#include "skim/summarize/dot.hpp"
+
+namespace skim::summarize {
+
+struct max_bound {
+  [[nodiscard]] static constexpr std::int64_t record_floats(std::int32_t head_dim) noexcept {
+    return 2 * static_cast<std::int64_t>(head_dim);
+  }
+  [[nodiscard]] static constexpr std::int64_t workspace_floats(std::int32_t) noexcept { return 0; }
+
+  static void init(float* record, std::int32_t head_dim) noexcept {
+    for (std::int32_t i = 0; i < head_dim; ++i) {
+      record[i] = detail::pos_inf;
+      record[head_dim + i] = detail::neg_inf;
+    }
+  }
+
+  template <element T>
+  static void append(float* SKIM_RESTRICT record, const T* SKIM_RESTRICT key, std::int32_t, std::int32_t,
+                     std::int32_t head_dim) noexcept {
+    float* SKIM_RESTRICT lo = record;
+    float* SKIM_RESTRICT hi = record + head_dim;
+    for (std::int32_t i = 0; i < head_dim; ++i) {
+      const float k = to_float(key[i]);
+      lo[i] = k < lo[i] ? k : lo[i];
+      hi[i] = k > hi[i] ? k : hi[i];
+    }
+  }
+
+  template <class Keys>
+  static void complete_block(float*, const Keys&, std::int32_t, std::int32_t, float*) noexcept {}
+
+  [[nodiscard]] static float score(const float* record, const float* q, std::int32_t head_dim) noexcept {
+    const float* lo = record;
+    const float* hi = record + head_dim;
+    if (head_dim > 0 && lo[0] > hi[0]) return detail::neg_inf;  // no key yet
+    float acc = 0.0f;
+    for (std::int32_t i = 0; i < head_dim; ++i) {
+      const float a = q[i] * lo[i];
+      const float b = q[i] * hi[i];
+      acc += a > b ? a : b;
+    }
+    return acc;
+  }
+};
+static_assert(summarizer<max_bound>);
+
+}  // namespace skim::summarize

@@ -1,0 +1,44 @@
+#pragma once
+// mean_pool: the block's mean key c = s / r from a running sum s and count r; score = q·c.
+//
+// Record [head_dim + 1] floats: s[0, head_dim) the sum of the keys appended so far (fp32, in
+// slot order), then r, their count. Appending a key is one add per dimension.
+// score = (q·s) / r, the same value as q·(s / r) up to rounding, with one division instead of d.
+// Cheapest summary; a needle (one key far from the rest) is diluted by 1 / r.
+
+#include <cstdint>
+
+#include "skim/concepts/summarizer.hpp"
+#include "skim/summarize/dot.hpp"
+
+namespace skim::summarize {
+
+struct mean_pool {
+  [[nodiscard]] static constexpr std::int64_t record_floats(std::int32_t head_dim) noexcept {
+    return static_cast<std::int64_t>(head_dim) + 1;
+  }
+  [[nodiscard]] static constexpr std::int64_t workspace_floats(std::int32_t) noexcept { return 0; }
+
+  static void init(float* record, std::int32_t head_dim) noexcept {
+    for (std::int32_t i = 0; i <= head_dim; ++i) record[i] = 0.0f;
+  }
+
+  template <element T>
+  static void append(float* SKIM_RESTRICT record, const T* SKIM_RESTRICT key, std::int32_t, std::int32_t,
+                     std::int32_t head_dim) noexcept {
+    for (std::int32_t i = 0; i < head_dim; ++i) record[i] += to_float(key[i]);
+    record[head_dim] += 1.0f;  // exact up to 2^24 keys per block
+  }
+
+  template <class Keys>
+  static void complete_block(float*, const Keys&, std::int32_t, std::int32_t, float*) noexcept {}
+
+  [[nodiscard]] static float score(const float* record, const float* q, std::int32_t head_dim) noexcept {
+    const float count = record[head_dim];
+    if (count == 0.0f) return detail::neg_inf;
+    return detail::dot(q, record, head_dim) / count;
+  }
+};
+static_assert(summarizer<mean_pool>);
+
+}  // namespace skim::summarize
