@@ -1,0 +1,141 @@
+#pragma once
+// attention_args — everything one executor call reads and writes, as one aggregate.
+//
+//   skim::attention_args<float, skim::contiguous_kv<float>, skim::index::causal_all, float> args{
+//       .prob = p,
+//       .q = skim::strided_view<const float>::token_major(q, tokens_q, heads_q, head_dim),
+//       .kv = {.k = k_view, .v = v_view},
+//       .index = {},
+//       .o = skim::strided_view<float>::token_major(o, tokens_q, heads_q, head_dim),
+//       .lse = lse};
+//
+// check_args() is the shared validation every executor runs first. check_block_id() is the
+// per-id check executors apply while walking a row, so that an index that skipped (or lies in)
+// validation costs a status, never an out-of-bounds read.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "skim/concepts/block_index.hpp"
+#include "skim/core/dtypes.hpp"
+#include "skim/core/problem.hpp"
+#include "skim/core/status.hpp"
+#include "skim/core/views.hpp"
+
+namespace skim {
+
+template <element TQ, kv_source KV, block_index Index, element TO = TQ>
+struct attention_args {
+  using q_type = TQ;
+  using kv_type = KV;
+  using index_type = Index;
+  using o_type = TO;
+
+  problem prob;
+  strided_view<const TQ> q;  // [tokens_q, heads_q, head_dim]
+  KV kv;                     // K, V: [tokens_kv, heads_kv, head_dim], contiguous or paged
+  Index index;               // one row per (sequence, query block, index head)
+  strided_view<TO> o;        // [tokens_q, heads_q, head_dim]
+  std::span<float> lse;      // [tokens_q * heads_q] token-major, empty = not written
+};
+
+namespace detail {
+
+using byte_range = std::pair<const std::byte*, const std::byte*>;  // [first, last)
+
+[[nodiscard]] inline bool overlaps(byte_range a, byte_range b) noexcept {
+  return a.first < a.second && b.first < b.second && a.first < b.second && b.first < a.second;
+}
+
+template <class T>
+[[nodiscard]] byte_range span_extent(std::span<T> s) noexcept {
+  const auto* first = reinterpret_cast<const std::byte*>(s.data());
+  return {first, first + s.size_bytes()};
+}
+
+// Byte ranges a K/V source may read: {K, V}. Unknown sources report empty ranges (not checked).
+template <element T>
+[[nodiscard]] std::pair<byte_range, byte_range> kv_extents(const contiguous_kv<T>& kv, const problem&) noexcept {
+  return {kv.k.extent(), kv.v.extent()};
+}
+
+template <element T>
+[[nodiscard]] std::pair<byte_range, byte_range> kv_extents(const paged_kv<T>& kv, const problem& p) noexcept {
+  const auto extent = [&](const T* pages) -> byte_range {
+    const auto* base = reinterpret_cast<const std::byte*>(pages);
+    if (pages == nullptr || kv.num_pages <= 0) return {base, base};
+    const std::int64_t last = (kv.num_pages - 1) * kv.page_stride + (kv.page_size - 1) * kv.token_stride +
+                              (p.heads_kv - 1) * kv.head_stride + p.head_dim;
+    return {base, base + last * static_cast<std::int64_t>(sizeof(T))};
+  };
+  return {extent(kv.k_pages), extent(kv.v_pages)};
+}
+
+template <class KV>
+[[nodiscard]] std::pair<byte_range, byte_range> kv_extents(const KV&, const problem&) noexcept {
+  return {};
+}
+
+}  // namespace detail
+
+// Checks everything an executor needs before reading a byte: the problem, the Q and O views, the
+// K/V source, the LSE span, and that the outputs (O, LSE) do not overlap an input or each other.
+// The index is checked separately (index.validate), since executors may check it differently.
+template <element TQ, kv_source KV, block_index Index, element TO>
+[[nodiscard]] status check_args(const attention_args<TQ, KV, Index, TO>& a) noexcept {
+  const problem& p = a.prob;
+  SKIM_TRY(validate(p));
+  SKIM_TRY(check_view(a.q, p.tokens_q(), p.heads_q, p.head_dim, "Q"));
+  SKIM_TRY(check_view(a.o, p.tokens_q(), p.heads_q, p.head_dim, "O"));
+  SKIM_TRY(a.kv.validate(p));
+  const std::int64_t lse_size = static_cast<std::int64_t>(p.tokens_q()) * p.heads_q;
+  if (!a.lse.empty() && static_cast<std::int64_t>(a.lse.size()) != lse_size) {
+    return status::error(status_code::shape_mismatch,
+                         "lse has %zu entries, expected tokens_q * heads_q = %lld (or 0 to skip it)", a.lse.size(),
+                         static_cast<long long>(lse_size));
+  }
+  const detail::byte_range o = a.o.extent();
+  const detail::byte_range lse = detail::span_extent(a.lse);
+  const auto [k, v] = detail::kv_extents(a.kv, p);
+  const std::pair<detail::byte_range, const char*> inputs[] = {{a.q.extent(), "Q"}, {k, "K"}, {v, "V"}};
+  for (const auto& [in, name] : inputs) {
+    if (detail::overlaps(o, in)) {
+      return status::error(status_code::invalid_argument, "O [%p, %p) overlaps %s [%p, %p)",
+                           static_cast<const void*>(o.first), static_cast<const void*>(o.second), name,
+                           static_cast<const void*>(in.first), static_cast<const void*>(in.second));
+    }
+    if (detail::overlaps(lse, in)) {
+      return status::error(status_code::invalid_argument, "lse [%p, %p) overlaps %s [%p, %p)",
+                           static_cast<const void*>(lse.first), static_cast<const void*>(lse.second), name,
+                           static_cast<const void*>(in.first), static_cast<const void*>(in.second));
+    }
+  }
+  if (detail::overlaps(o, lse)) {
+    return status::error(status_code::invalid_argument, "lse [%p, %p) overlaps O [%p, %p)",
+                         static_cast<const void*>(lse.first), static_cast<const void*>(lse.second),
+                         static_cast<const void*>(o.first), static_cast<const void*>(o.second));
+  }
+  return status::success();
+}
+
+// Checks the next id of a row walk: in [0, row.visible_blocks) and strictly after `prev`
+// (-1 before the first id). The canonical form every executor requires (block_index.hpp).
+[[nodiscard]] inline status check_block_id(const row_info& row, std::int32_t id, std::int32_t prev) noexcept {
+  if (id < 0) {
+    return status::error(status_code::invalid_index, "block id %d < 0 in row %lld", id,
+                         static_cast<long long>(row.row));
+  }
+  if (id >= row.visible_blocks) {
+    return status::error(status_code::invalid_index, "block id %d >= visible blocks %d in row %lld", id,
+                         row.visible_blocks, static_cast<long long>(row.row));
+  }
+  if (id <= prev) {
+    return status::error(status_code::invalid_index, "block id %d after %d in row %lld (ids must ascend strictly)",
+                         id, prev, static_cast<long long>(row.row));
+  }
+  return status::success();
+}
+
+}  // namespace skim

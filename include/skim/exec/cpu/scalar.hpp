@@ -1,0 +1,257 @@
+#pragma once
+// skim::exec::scalar — the portable executor: tiled online softmax over the selected tiles.
+//
+// Work unit: (sequence, query block, index head). With one index per kv head (the default) the
+// unit holds the whole GQA group — every query head of the kv head, for every query of the block —
+// so each K/V tile is read and converted to float once per group. With per-query-head indices a
+// unit is one query head.
+//
+// For each selected tile of the unit's row (ids checked as they come: strictly ascending, in
+// [0, visible_blocks)):
+//   S = (scale·Q) Kᵀ        fp32, K transposed in the workspace so the inner loop runs over keys
+//   mask                    only on partial tiles (id >= row.full_blocks): under causality and the
+//                           ragged tail a query sees a prefix of the tile, so masking = a shorter row
+//   (m, l, u) update        online softmax per query row, u += P·V
+// and at the end o = u / l, lse = m + log l (o = 0, lse = -inf for a row that saw no key).
+//
+// No allocation: workspace_bytes() reports the scratch run() carves from the caller's span. Inner
+// loops are contiguous fp32 loops without reductions (axpy form), which g++ -O2/-O3 vectorises;
+// results are deterministic (one fixed order of operations).
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "skim/concepts/block_index.hpp"
+#include "skim/concepts/executor.hpp"
+#include "skim/config.hpp"
+#include "skim/core/attention_args.hpp"
+#include "skim/core/dtypes.hpp"
+#include "skim/core/problem.hpp"
+#include "skim/core/softmax_state.hpp"
+#include "skim/core/status.hpp"
+#include "skim/core/views.hpp"
+#include "skim/core/workspace.hpp"
+#include "skim/index/causal_all.hpp"
+
+namespace skim::exec {
+
+namespace scalar_detail {
+
+// Row strides are padded to whole cache lines (16 floats) so every tile row starts aligned.
+inline constexpr std::size_t floats_per_line = workspace_alignment / sizeof(float);
+
+// The workspace of one unit. Rows of the unit are numbered r = head_in_unit * queries + query.
+struct tiles {
+  std::size_t dim_stride = 0;  // padded head_dim
+  std::size_t key_stride = 0;  // padded block_kv
+  std::span<float> q;          // [unit_rows, dim_stride]  scale · Q
+  std::span<float> kt;         // [head_dim, key_stride]   Kᵀ of the current tile
+  std::span<float> v;          // [block_kv, dim_stride]   V of the current tile
+  std::span<float> s;          // [unit_rows, key_stride]  scores, then probabilities
+  std::span<float> u;          // [unit_rows, dim_stride]  unnormalised output
+  std::span<softmax_state> state;   // [unit_rows]
+  std::span<std::int32_t> keys;     // [block_q] keys of the current tile each query sees
+
+  // The same sequence of takes measures (workspace_bytes) and carves (run).
+  // @pre the problem's heads, head_dim and block sizes are positive and heads_q % heads_kv == 0.
+  [[nodiscard]] static tiles carve(const problem& p, workspace_arena& arena) noexcept {
+    const std::size_t heads_per_unit = p.scope == index_scope::kv_head ? static_cast<std::size_t>(p.group_size()) : 1;
+    const std::size_t unit_rows = heads_per_unit * static_cast<std::size_t>(p.block_q);
+    tiles t;
+    t.dim_stride = align_up(static_cast<std::size_t>(p.head_dim), floats_per_line);
+    t.key_stride = align_up(static_cast<std::size_t>(p.block_kv), floats_per_line);
+    t.q = arena.take<float>(unit_rows * t.dim_stride);
+    t.kt = arena.take<float>(static_cast<std::size_t>(p.head_dim) * t.key_stride);
+    t.v = arena.take<float>(static_cast<std::size_t>(p.block_kv) * t.dim_stride);
+    t.s = arena.take<float>(unit_rows * t.key_stride);
+    t.u = arena.take<float>(unit_rows * t.dim_stride);
+    t.state = arena.take<softmax_state>(unit_rows);
+    t.keys = arena.take<std::int32_t>(static_cast<std::size_t>(p.block_q));
+    return t;
+  }
+};
+
+// s[0, n) = q · kt[:, 0, n), with kt a [dim, key_stride] transposed K tile. Four dimensions per pass
+// over s: a quarter of the loads and stores of s, and the loop over keys stays reduction-free.
+SKIM_FORCEINLINE void score_row(const float* SKIM_RESTRICT q, const float* SKIM_RESTRICT kt, std::size_t key_stride,
+                                std::int32_t dim, std::int32_t n, float* SKIM_RESTRICT s) noexcept {
+  for (std::int32_t j = 0; j < n; ++j) s[j] = 0.0f;
+  std::int32_t e = 0;
+  for (; e + 4 <= dim; e += 4) {
+    const float q0 = q[e], q1 = q[e + 1], q2 = q[e + 2], q3 = q[e + 3];
+    const float* SKIM_RESTRICT k0 = kt + static_cast<std::size_t>(e) * key_stride;
+    const float* SKIM_RESTRICT k1 = k0 + key_stride;
+    const float* SKIM_RESTRICT k2 = k1 + key_stride;
+    const float* SKIM_RESTRICT k3 = k2 + key_stride;
+    for (std::int32_t j = 0; j < n; ++j) s[j] += (q0 * k0[j] + q1 * k1[j]) + (q2 * k2[j] + q3 * k3[j]);
+  }
+  for (; e < dim; ++e) {
+    const float qe = q[e];
+    const float* SKIM_RESTRICT k = kt + static_cast<std::size_t>(e) * key_stride;
+    for (std::int32_t j = 0; j < n; ++j) s[j] += qe * k[j];
+  }
+}
+
+// u = alpha·u + Σ_{j<n} p[j]·v[j], with v a [n, dim_stride] tile. Four keys per pass over u.
+SKIM_FORCEINLINE void accumulate_row(const float* SKIM_RESTRICT p, const float* SKIM_RESTRICT v, std::size_t dim_stride,
+                                     std::int32_t dim, std::int32_t n, float alpha, float* SKIM_RESTRICT u) noexcept {
+  for (std::int32_t e = 0; e < dim; ++e) u[e] *= alpha;
+  std::int32_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float p0 = p[j], p1 = p[j + 1], p2 = p[j + 2], p3 = p[j + 3];
+    const float* SKIM_RESTRICT v0 = v + static_cast<std::size_t>(j) * dim_stride;
+    const float* SKIM_RESTRICT v1 = v0 + dim_stride;
+    const float* SKIM_RESTRICT v2 = v1 + dim_stride;
+    const float* SKIM_RESTRICT v3 = v2 + dim_stride;
+    for (std::int32_t e = 0; e < dim; ++e) u[e] += (p0 * v0[e] + p1 * v1[e]) + (p2 * v2[e] + p3 * v3[e]);
+  }
+  for (; j < n; ++j) {
+    const float pj = p[j];
+    const float* SKIM_RESTRICT vj = v + static_cast<std::size_t>(j) * dim_stride;
+    for (std::int32_t e = 0; e < dim; ++e) u[e] += pj * vj[e];
+  }
+}
+
+// Folds the row's scores s[0, n) into its online-softmax state and u; s becomes probabilities.
+// @pre n > 0 (a row that sees nothing of the tile is skipped: keeps m = -inf away from -inf - -inf).
+SKIM_FORCEINLINE void softmax_row(softmax_state& st, float* SKIM_RESTRICT s, std::int32_t n, const float* v,
+                                  std::size_t dim_stride, std::int32_t dim, float* SKIM_RESTRICT u) noexcept {
+  float tile_max = s[0];
+  for (std::int32_t j = 1; j < n; ++j) tile_max = s[j] > tile_max ? s[j] : tile_max;
+  const float m = st.m > tile_max ? st.m : tile_max;
+  const float alpha = std::exp(st.m - m);  // 0 on the row's first tile (st.m = -inf, m finite)
+  float sum = 0.0f;
+  for (std::int32_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - m);
+    sum += s[j];
+  }
+  st.m = m;
+  st.l = alpha * st.l + sum;
+  accumulate_row(s, v, dim_stride, dim, n, alpha, u);
+}
+
+}  // namespace scalar_detail
+
+struct scalar {
+  [[nodiscard]] std::size_t workspace_bytes(const problem& p) const noexcept {
+    if (p.heads_q <= 0 || p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0 || p.head_dim <= 0 || p.block_q <= 0 ||
+        p.block_kv <= 0) {
+      return 0;  // run() rejects this problem before touching the workspace
+    }
+    workspace_arena measure;
+    (void)scalar_detail::tiles::carve(p, measure);
+    return measure.bytes();
+  }
+
+  [[nodiscard]] status can_implement(const problem& p) const noexcept { return validate(p); }
+
+  template <element TQ, kv_source KV, block_index Index, element TO>
+  [[nodiscard]] status run(const attention_args<TQ, KV, Index, TO>& a, std::span<std::byte> workspace) const noexcept {
+    SKIM_TRY(check_args(a));
+    SKIM_TRY(a.index.validate(a.prob));
+    const problem& p = a.prob;
+    SKIM_TRY(check_workspace(workspace, workspace_bytes(p)));
+    workspace_arena arena(workspace);
+    const scalar_detail::tiles t = scalar_detail::tiles::carve(p, arena);
+    const KV kv = a.kv.bind(p);
+
+    std::int64_t row_base = 0;
+    for (std::int32_t b = 0; b < p.batch(); ++b) {
+      for (std::int32_t i = 0; i < p.q_blocks(b); ++i) {
+        for (std::int32_t ih = 0; ih < p.index_heads(); ++ih) {
+          SKIM_TRY(run_unit(a, kv, t, make_row_info(p, row_base, b, i, ih)));
+        }
+      }
+      row_base += p.q_blocks(b);
+    }
+    return status::success();
+  }
+
+ private:
+  // One unit: the query heads that share index row `row`, over the queries of its block.
+  template <class Args, class KV>
+  [[nodiscard]] static status run_unit(const Args& a, const KV& kv, const scalar_detail::tiles& t,
+                                       const row_info& row) noexcept {
+    const problem& p = a.prob;
+    const std::int32_t dim = p.head_dim;
+    const bool group_unit = p.scope == index_scope::kv_head;
+    const std::int32_t first_head = group_unit ? row.head * p.group_size() : row.head;
+    const std::int32_t heads = group_unit ? p.group_size() : 1;
+    const std::int32_t kv_head = first_head / p.group_size();
+    const std::int32_t queries = row.q_end - row.q_begin;
+    const std::int32_t rows = heads * queries;
+    const std::int64_t q_first = static_cast<std::int64_t>(p.cu_seqlens_q[row.seq]) + row.q_begin;
+    const float scale = p.scale();
+
+    // Q tile (pre-scaled), empty states, zero accumulators (the workspace may hold anything).
+    for (std::int32_t hh = 0; hh < heads; ++hh) {
+      for (std::int32_t qq = 0; qq < queries; ++qq) {
+        const std::size_t r = static_cast<std::size_t>(hh * queries + qq);
+        const typename Args::q_type* src = a.q.row(q_first + qq, first_head + hh);
+        float* dst = t.q.data() + r * t.dim_stride;
+        for (std::int32_t e = 0; e < dim; ++e) dst[e] = to_float(src[e]) * scale;
+        float* u = t.u.data() + r * t.dim_stride;
+        for (std::int32_t e = 0; e < dim; ++e) u[e] = 0.0f;
+        t.state[r] = softmax_state{};
+      }
+    }
+
+    std::int32_t prev = -1;
+    for (auto c = a.index.cursor(row); !c.done(); c.next()) {
+      const std::int32_t id = static_cast<std::int32_t>(c.id());
+      SKIM_TRY(check_block_id(row, id, prev));
+      prev = id;
+      const std::int32_t k0 = id * p.block_kv;
+      const std::int32_t tile_keys = row.kv_len - k0 < p.block_kv ? row.kv_len - k0 : p.block_kv;
+
+      // K tile transposed, V tile as rows; both converted to float once for the whole unit.
+      for (std::int32_t j = 0; j < tile_keys; ++j) {
+        const auto* k = kv.k_row(row.seq, k0 + j, kv_head);
+        const auto* v = kv.v_row(row.seq, k0 + j, kv_head);
+        float* vt = t.v.data() + static_cast<std::size_t>(j) * t.dim_stride;
+        for (std::int32_t e = 0; e < dim; ++e) t.kt[static_cast<std::size_t>(e) * t.key_stride + j] = to_float(k[e]);
+        for (std::int32_t e = 0; e < dim; ++e) vt[e] = to_float(v[e]);
+      }
+
+      // Keys of the tile each query sees: all of them on a full tile, a prefix on a partial one.
+      if (row.is_full(id)) {
+        for (std::int32_t qq = 0; qq < queries; ++qq) t.keys[qq] = tile_keys;
+      } else {
+        for (std::int32_t qq = 0; qq < queries; ++qq) {
+          const std::int32_t n = row.visible_keys(row.q_begin + qq, p.mask) - k0;
+          t.keys[qq] = n < 0 ? 0 : (n > tile_keys ? tile_keys : n);
+        }
+      }
+
+      for (std::int32_t r = 0; r < rows; ++r) {
+        const std::int32_t n = t.keys[r % queries];
+        if (n == 0) continue;
+        float* s = t.s.data() + static_cast<std::size_t>(r) * t.key_stride;
+        const float* q = t.q.data() + static_cast<std::size_t>(r) * t.dim_stride;
+        float* u = t.u.data() + static_cast<std::size_t>(r) * t.dim_stride;
+        scalar_detail::score_row(q, t.kt.data(), t.key_stride, dim, n, s);
+        scalar_detail::softmax_row(t.state[r], s, n, t.v.data(), t.dim_stride, dim, u);
+      }
+    }
+
+    // o = u / l, lse = m + log l; finish() gives o = 0, lse = -inf for a row that saw no key.
+    for (std::int32_t hh = 0; hh < heads; ++hh) {
+      for (std::int32_t qq = 0; qq < queries; ++qq) {
+        const std::size_t r = static_cast<std::size_t>(hh * queries + qq);
+        std::span<float> u = t.u.subspan(r * t.dim_stride, static_cast<std::size_t>(dim));
+        const float lse = finish(t.state[r], u, u);
+        auto* dst = a.o.row(q_first + qq, first_head + hh);
+        for (std::int32_t e = 0; e < dim; ++e) dst[e] = from_float<typename Args::o_type>(u[e]);
+        if (!a.lse.empty()) a.lse[static_cast<std::size_t>((q_first + qq) * p.heads_q + first_head + hh)] = lse;
+      }
+    }
+    return status::success();
+  }
+};
+
+static_assert(executor<scalar, attention_args<float, contiguous_kv<float>, index::causal_all, float>>);
+static_assert(executor<scalar, attention_args<bfloat16, paged_kv<half>, index::causal_all, half>>);
+
+}  // namespace skim::exec

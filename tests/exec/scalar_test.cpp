@@ -1,0 +1,243 @@
+// exec::scalar against exec::reference on random shapes, element types and implicit indices.
+#include "skim/exec/cpu/scalar.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "skim/exec/cpu/reference.hpp"
+#include "skim/index/causal_all.hpp"
+#include "skim/index/sink.hpp"
+#include "skim/index/sliding_window.hpp"
+#include "support/compare.hpp"
+#include "support/random_case.hpp"
+
+using namespace skim;
+using namespace skim::test;
+
+namespace {
+
+template <class Q, class KV, class O>
+struct types {
+  using q = Q;
+  using kv = KV;
+  using o = O;
+};
+
+// Runs reference and scalar on one case and index; checks scalar against reference.
+template <class TO, class TQ, class TKV, class Index>
+comparison scalar_vs_reference(const random_case<TQ, TKV>& c, const Index& index, bool with_lse = true) {
+  const problem p = c.prob();
+  comparison result;
+  c.with_kv([&](auto kv) {
+    output<TO> ref(c.spec, c.tokens_q(), with_lse), got(c.spec, c.tokens_q(), with_lse);
+    attention_args<TQ, decltype(kv), Index, TO> a{
+        .prob = p, .q = c.q_view(), .kv = kv, .index = index, .o = ref.view, .lse = ref.lse};
+    const status rs = run_executor(exec::reference{}, a);
+    INFO("reference: " << rs.message());
+    REQUIRE(rs.ok());
+    a.o = got.view;
+    a.lse = got.lse;
+    const status ss = run_executor(exec::scalar{}, a);
+    INFO("scalar: " << ss.message());
+    REQUIRE(ss.ok());
+    result = compare(p, got.view, ref.view, std::span<const float>(got.lse), std::span<const float>(ref.lse),
+                     output_tolerance<TO>);
+    check(result);
+  });
+  return result;
+}
+
+// Calls f with a random implicit index: causal_all, sink or sliding_window.
+template <class F>
+void with_implicit_index(std::mt19937& rng, F&& f) {
+  switch (uniform(rng, 0, 2)) {
+    case 0: f(index::causal_all{}, std::string("causal_all")); break;
+    case 1: {
+      const std::int32_t n = uniform(rng, 0, 3);
+      f(index::sink{n}, "sink " + std::to_string(n));
+      break;
+    }
+    default: {
+      const std::int32_t n = uniform(rng, 0, 4);
+      f(index::sliding_window{n}, "sliding_window " + std::to_string(n));
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("scalar matches reference: random shapes, implicit indices", T, types<float, float, float>,
+                   types<half, half, float>, types<bfloat16, bfloat16, float>, types<half, half, half>,
+                   types<bfloat16, bfloat16, bfloat16>, types<float, bfloat16, float>, types<bfloat16, half, float>) {
+  using TQ = typename T::q;
+  using TKV = typename T::kv;
+  using TO = typename T::o;
+  const int cases = std::same_as<TQ, float> && std::same_as<TKV, float> ? 60 : 25;
+  double worst = 0.0;
+  for (int i = 0; i < cases; ++i) {
+    const std::uint32_t seed = 0x5ca1a0u + 7919u * static_cast<std::uint32_t>(i) +
+                               1000003u * static_cast<std::uint32_t>(sizeof(TQ) + 3 * sizeof(TKV) + 5 * sizeof(TO));
+    std::mt19937 rng(seed);
+    const case_spec spec = random_spec(rng);
+    const random_case<TQ, TKV> c(spec, rng);
+    const bool with_lse = chance(rng, 0.85);
+    const std::string desc = spec.describe();
+    INFO("seed " << seed << ": " << desc << (with_lse ? "" : ", no lse"));
+    with_implicit_index(rng, [&](const auto& index, const std::string& name) {
+      INFO("index " << name);
+      const comparison r = scalar_vs_reference<TO>(c, index, with_lse);
+      worst = std::max(worst, r.max_rel_o);
+    });
+  }
+  MESSAGE(std::string(element_name<TQ>) << "/" << element_name<TKV> << "/" << element_name<TO> << ": worst relative error "
+                           << worst << " (tolerance " << output_tolerance<TO> << ")");
+}
+
+TEST_CASE("scalar matches reference: every head_dim 1..256") {
+  for (std::int32_t d = 1; d <= 256; ++d) {
+    const std::uint32_t seed = 0xd1d1u + static_cast<std::uint32_t>(d);
+    std::mt19937 rng(seed);
+    case_spec spec;
+    spec.head_dim = d;
+    spec.heads_kv = 1;
+    spec.heads_q = pick(rng, {1, 2, 4});
+    spec.block_q = pick(rng, {3, 16, 17, 32});
+    spec.block_kv = pick(rng, {5, 16, 24, 64});
+    spec.mask = chance(rng, 0.7) ? mask_kind::causal : mask_kind::none;
+    spec.seqs = {{uniform(rng, 1, 24), uniform(rng, 1, 48)}};
+    spec.paged = chance(rng, 0.3);
+    spec.page_size = 7;
+    const random_case<float, float> c(spec, rng);
+    const std::string desc = spec.describe();
+    INFO("seed " << seed << ": " << desc);
+    (void)scalar_vs_reference<float>(c, index::causal_all{});
+  }
+}
+
+TEST_CASE("scalar matches reference: block sizes 16..128 and odd, independently, with partial last blocks") {
+  const std::int32_t sizes[] = {1, 7, 16, 17, 32, 48, 64, 100, 128};
+  int n = 0;
+  for (std::int32_t bq : sizes) {
+    for (std::int32_t bk : sizes) {
+      const std::uint32_t seed = 0xb10c0u + static_cast<std::uint32_t>(n++);
+      std::mt19937 rng(seed);
+      case_spec spec;
+      spec.head_dim = pick(rng, {16, 72, 80, 96, 100});
+      spec.heads_kv = 1;
+      spec.heads_q = pick(rng, {1, 4});
+      spec.block_q = bq;
+      spec.block_kv = bk;
+      spec.mask = chance(rng, 0.75) ? mask_kind::causal : mask_kind::none;
+      // Lengths that are not multiples of either block size, a decode row, more queries than keys.
+      spec.seqs = {{uniform(rng, 100, 160), uniform(rng, 150, 230)}, {1, uniform(rng, 1, 90)},
+                   {uniform(rng, 20, 40), uniform(rng, 1, 19)}};
+      spec.paged = chance(rng, 0.5);
+      spec.page_size = bk == 16 ? 17 : 16;
+      const random_case<float, float> c(spec, rng);
+      const std::string desc = spec.describe();
+      INFO("seed " << seed << ": " << desc);
+      with_implicit_index(rng, [&](const auto& index, const std::string& name) {
+        INFO("index " << name);
+        (void)scalar_vs_reference<float>(c, index);
+      });
+    }
+  }
+}
+
+TEST_CASE("scalar matches reference: GQA 1, 4, 8 with per-kv-head and per-query-head indices, paged and not") {
+  int n = 0;
+  for (std::int32_t group : {1, 4, 8}) {
+    for (index_scope scope : {index_scope::kv_head, index_scope::query_head}) {
+      for (bool paged : {false, true}) {
+        const std::uint32_t seed = 0x6aa0u + static_cast<std::uint32_t>(n++);
+        std::mt19937 rng(seed);
+        case_spec spec;
+        spec.heads_kv = 2;
+        spec.heads_q = 2 * group;
+        spec.head_dim = 64;
+        spec.block_q = 32;
+        spec.block_kv = 48;
+        spec.scope = scope;
+        spec.seqs = {{70, 130}, {0, 40}, {45, 45}, {0, 0}};
+        spec.paged = paged;
+        spec.page_size = 16;
+        const random_case<bfloat16, bfloat16> c(spec, rng);
+        const std::string desc = spec.describe();
+        INFO("seed " << seed << ": " << desc);
+        (void)scalar_vs_reference<float>(c, index::causal_all{});
+        (void)scalar_vs_reference<float>(c, index::sliding_window{2});
+      }
+    }
+  }
+}
+
+TEST_CASE("scalar: fully masked rows give exactly o = 0 and lse = -inf") {
+  std::mt19937 rng(0xe3e3u);
+  case_spec spec;
+  spec.heads_q = 4;
+  spec.heads_kv = 2;
+  spec.head_dim = 24;
+  spec.block_q = 4;
+  spec.block_kv = 8;
+  // 30 queries against 10 keys: the first 20 queries see nothing; a sequence without keys; sink{0}.
+  spec.seqs = {{30, 10}, {5, 0}, {6, 20}};
+  const random_case<float, float> c(spec, rng);
+  const comparison r = scalar_vs_reference<float>(c, index::causal_all{});
+  CHECK(r.empty_rows == (20 + 5) * spec.heads_q);
+  const comparison none = scalar_vs_reference<float>(c, index::sink{0});
+  CHECK(none.empty_rows == none.rows);
+}
+
+TEST_CASE("scalar is deterministic: bit-identical output whatever the workspace held") {
+  std::mt19937 rng(0xde7u);
+  case_spec spec;
+  spec.heads_q = 8;
+  spec.heads_kv = 2;
+  spec.head_dim = 80;
+  spec.block_q = 16;
+  spec.block_kv = 32;
+  spec.seqs = {{90, 200}, {33, 33}};
+  spec.paged = true;
+  spec.page_size = 24;
+  const random_case<half, half> c(spec, rng);
+  const problem p = c.prob();
+  output<float> first(spec, c.tokens_q()), second(spec, c.tokens_q());
+  attention_args<half, paged_kv<half>, index::causal_all, float> a{
+      .prob = p, .q = c.q_view(), .kv = c.paged(), .index = {}, .o = first.view, .lse = first.lse};
+  REQUIRE(run_executor(exec::scalar{}, a, std::byte{0xff}).ok());
+  a.o = second.view;
+  a.lse = second.lse;
+  REQUIRE(run_executor(exec::scalar{}, a, std::byte{0x00}).ok());
+  CHECK(std::memcmp(first.o.data(), second.o.data(), first.o.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * sizeof(float)) == 0);
+  // Not a constant: the output varies across rows.
+  CHECK(first.o[0] != first.o[first.o.size() / 2]);
+}
+
+TEST_CASE("scalar and reference agree on contiguous and paged storage of the same K/V") {
+  std::mt19937 rng(0x9a9eu);
+  case_spec spec;
+  spec.heads_q = 4;
+  spec.heads_kv = 1;
+  spec.head_dim = 40;
+  spec.block_q = 16;
+  spec.block_kv = 16;
+  spec.seqs = {{50, 120}, {1, 77}};
+  spec.page_size = 5;
+  random_case<float, float> c(spec, rng);
+  const problem p = c.prob();
+  output<float> contiguous(spec, c.tokens_q()), paged(spec, c.tokens_q());
+  attention_args<float, contiguous_kv<float>, index::causal_all, float> ac{
+      .prob = p, .q = c.q_view(), .kv = c.contiguous(), .index = {}, .o = contiguous.view, .lse = contiguous.lse};
+  attention_args<float, paged_kv<float>, index::causal_all, float> ap{
+      .prob = p, .q = c.q_view(), .kv = c.paged(), .index = {}, .o = paged.view, .lse = paged.lse};
+  REQUIRE(run_executor(exec::scalar{}, ac).ok());
+  REQUIRE(run_executor(exec::scalar{}, ap).ok());
+  // Same values, same order of operations: bit-identical.
+  CHECK(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * sizeof(float)) == 0);
+}
