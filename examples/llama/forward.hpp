@@ -1,0 +1,224 @@
+#pragma once
+// skim_llama::forward — the float forward pass of a Llama checkpoint, for a whole prompt at
+// once (prefill) or one token at a time (decode), with a KV cache.
+//
+// Per layer (llama2.c's math): x += wo · attention(rope(wq · rms(x)), rope(wk · rms(x)), wv · rms(x))
+//                              x += w2 · (silu(w1 · rms(x)) * (w3 · rms(x)))
+// then logits = classifier · rms(x). RoPE rotates interleaved pairs (x[2i], x[2i+1]) of each
+// head by pos · theta^(-2i/head_dim).
+//
+// Attention is a pluggable callable taking skim's layout and causal rule (DESIGN.md §2):
+// Q [n_q, heads_q, head_dim], K and V [n_kv, heads_kv, head_dim] (this layer's cache),
+// query i sees key j iff j <= i + n_kv - n_q. dense_attention is the default; an engine
+// swaps in skim's executors without touching the rest. A hook sees each layer's Q and K
+// after RoPE and V, for the tokens of the current call.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "model.hpp"
+
+namespace skim_llama {
+
+// [layers][max_tokens][kv_heads][head_dim] for K and for V; `tokens` of them are filled.
+struct kv_cache {
+  int max_tokens = 0;
+  int tokens = 0;
+  int kv_heads = 0, head_dim = 0;
+  std::vector<float> k, v;
+
+  kv_cache() = default;
+  kv_cache(const config& c, int max_tokens_)
+      : max_tokens(max_tokens_), kv_heads(c.n_kv_heads), head_dim(c.head_dim()),
+        k(static_cast<std::size_t>(c.n_layers) * max_tokens_ * c.kv_dim()), v(k.size()) {}
+
+  [[nodiscard]] std::size_t layer_stride() const { return static_cast<std::size_t>(max_tokens) * kv_heads * head_dim; }
+  [[nodiscard]] float* k_at(int layer, int token) { return k.data() + layer * layer_stride() + static_cast<std::size_t>(token) * kv_heads * head_dim; }
+  [[nodiscard]] float* v_at(int layer, int token) { return v.data() + layer * layer_stride() + static_cast<std::size_t>(token) * kv_heads * head_dim; }
+};
+
+struct attention_args {
+  int layer = 0;
+  int n_q = 0;   // new query tokens
+  int n_kv = 0;  // keys visible to the last query: cached + new
+  int heads_q = 0, heads_kv = 0, head_dim = 0;
+  float scale = 0.0f;            // 1/sqrt(head_dim)
+  std::span<const float> q{};    // [n_q, heads_q, head_dim]
+  std::span<const float> k{};    // [n_kv, heads_kv, head_dim]
+  std::span<const float> v{};    // [n_kv, heads_kv, head_dim]
+  std::span<float> out{};        // [n_q, heads_q, head_dim]
+};
+
+using attention_fn = std::function<skim::status(const attention_args&)>;
+
+// Q, K after RoPE and V of one layer for the tokens [first_token, first_token + n) of a call.
+struct qkv_view {
+  int layer = 0, first_token = 0, n = 0;
+  std::span<const float> q{};  // [n, heads_q, head_dim]
+  std::span<const float> k{};  // [n, heads_kv, head_dim]
+  std::span<const float> v{};  // [n, heads_kv, head_dim]
+};
+using qkv_hook = std::function<void(const qkv_view&)>;
+
+// Causal softmax attention in float, one query row at a time (llama2.c's loop).
+[[nodiscard]] inline skim::status dense_attention(const attention_args& a) {
+  const int group = a.heads_q / a.heads_kv;
+  std::vector<float> p(static_cast<std::size_t>(a.n_kv));
+  for (int i = 0; i < a.n_q; ++i) {
+    const int visible = i + a.n_kv - a.n_q + 1;  // keys 0..visible-1
+    for (int h = 0; h < a.heads_q; ++h) {
+      const float* q = &a.q[(static_cast<std::size_t>(i) * a.heads_q + h) * a.head_dim];
+      const int hk = h / group;
+      float m = -INFINITY;
+      for (int j = 0; j < visible; ++j) {
+        const float* k = &a.k[(static_cast<std::size_t>(j) * a.heads_kv + hk) * a.head_dim];
+        float s = 0.0f;
+        for (int d = 0; d < a.head_dim; ++d) s += q[d] * k[d];
+        p[j] = s * a.scale;
+        m = std::max(m, p[j]);
+      }
+      float l = 0.0f;
+      for (int j = 0; j < visible; ++j) l += p[j] = std::exp(p[j] - m);
+      float* o = &a.out[(static_cast<std::size_t>(i) * a.heads_q + h) * a.head_dim];
+      std::fill(o, o + a.head_dim, 0.0f);
+      for (int j = 0; j < visible; ++j) {
+        const float* v = &a.v[(static_cast<std::size_t>(j) * a.heads_kv + hk) * a.head_dim];
+        for (int d = 0; d < a.head_dim; ++d) o[d] += p[j] / l * v[d];
+      }
+    }
+  }
+  return skim::status::success();
+}
+
+struct forward_options {
+  attention_fn attention = dense_attention;
+  qkv_hook on_qkv = {};  // optional
+};
+
+namespace detail {
+
+// out[r] = Σ_c w[r, c] · x[c] for w [rows, cols].
+inline void matvec(float* out, const float* x, std::span<const float> w, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    const float* wr = w.data() + static_cast<std::size_t>(r) * cols;
+    float s = 0.0f;
+    for (int c = 0; c < cols; ++c) s += wr[c] * x[c];
+    out[r] = s;
+  }
+}
+
+inline void rmsnorm(float* out, const float* x, std::span<const float> w, int n) {
+  float ss = 0.0f;
+  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + rms_eps);
+  for (int i = 0; i < n; ++i) out[i] = w[i] * (inv * x[i]);
+}
+
+// Rotates the interleaved pairs of `heads` heads of one token at position pos.
+inline void rope(float* x, int heads, int head_dim, int pos) {
+  for (int h = 0; h < heads; ++h) {
+    for (int i = 0; i < head_dim; i += 2) {
+      const float freq = 1.0f / std::pow(rope_theta, static_cast<float>(i) / static_cast<float>(head_dim));
+      const float angle = static_cast<float>(pos) * freq;
+      const float c = std::cos(angle), s = std::sin(angle);
+      float* p = x + h * head_dim + i;
+      const float a = p[0], b = p[1];
+      p[0] = a * c - b * s;
+      p[1] = a * s + b * c;
+    }
+  }
+}
+
+}  // namespace detail
+
+// Runs `tokens` through the model after the cache's tokens, appending their K and V.
+// logits: [tokens.size(), vocab] for every position, or empty to skip the classifier.
+// Prefill is one call with the whole prompt; decode is one call per token.
+[[nodiscard]] inline skim::status forward(const model& m, kv_cache& cache, std::span<const int> tokens, std::span<float> logits,
+                                          const forward_options& opt = {}) {
+  const config& c = m.cfg;
+  const int n = static_cast<int>(tokens.size());
+  const int dim = c.dim, hd = c.head_dim(), qdim = c.n_heads * hd, kvd = c.kv_dim(), hid = c.hidden_dim;
+  if (cache.kv_heads != c.n_kv_heads || cache.head_dim != hd) {
+    return skim::status::error(skim::status_code::shape_mismatch, "kv cache has %d kv heads of dim %d, model %d of dim %d",
+                               cache.kv_heads, cache.head_dim, c.n_kv_heads, hd);
+  }
+  if (cache.tokens + n > cache.max_tokens) {
+    return skim::status::error(skim::status_code::invalid_argument, "kv cache holds %d of %d tokens, %d more do not fit",
+                               cache.tokens, cache.max_tokens, n);
+  }
+  if (!logits.empty() && logits.size() != static_cast<std::size_t>(n) * c.vocab_size) {
+    return skim::status::error(skim::status_code::shape_mismatch, "logits hold %zu floats, need %d tokens x vocab %d", logits.size(),
+                               n, c.vocab_size);
+  }
+  for (int t = 0; t < n; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= c.vocab_size) {
+      return skim::status::error(skim::status_code::invalid_argument, "token %d at %d outside vocab %d", tokens[t], t, c.vocab_size);
+    }
+  }
+  if (n == 0) return skim::status::success();
+
+  const int first = cache.tokens;
+  const auto row = [](std::vector<float>& v, int t, int width) { return v.data() + static_cast<std::size_t>(t) * width; };
+  std::vector<float> x(static_cast<std::size_t>(n) * dim), xb(x.size()), q(static_cast<std::size_t>(n) * qdim), att(q.size());
+  std::vector<float> h1(static_cast<std::size_t>(n) * hid), h3(h1.size()), k_new(static_cast<std::size_t>(n) * kvd), v_new(k_new.size());
+  for (int t = 0; t < n; ++t) {
+    std::copy_n(m.token_embedding.data() + static_cast<std::size_t>(tokens[t]) * dim, dim, row(x, t, dim));
+  }
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const layer_weights& w = m.layers[l];
+    for (int t = 0; t < n; ++t) {
+      detail::rmsnorm(row(xb, t, dim), row(x, t, dim), w.rms_att, dim);
+      detail::matvec(row(q, t, qdim), row(xb, t, dim), w.wq, qdim, dim);
+      detail::matvec(row(k_new, t, kvd), row(xb, t, dim), w.wk, kvd, dim);
+      detail::matvec(row(v_new, t, kvd), row(xb, t, dim), w.wv, kvd, dim);
+      detail::rope(row(q, t, qdim), c.n_heads, hd, first + t);
+      detail::rope(row(k_new, t, kvd), c.n_kv_heads, hd, first + t);
+    }
+    std::copy(k_new.begin(), k_new.end(), cache.k_at(l, first));
+    std::copy(v_new.begin(), v_new.end(), cache.v_at(l, first));
+    if (opt.on_qkv) opt.on_qkv({.layer = l, .first_token = first, .n = n, .q = q, .k = k_new, .v = v_new});
+
+    const std::size_t kv_len = static_cast<std::size_t>(first + n) * kvd;
+    SKIM_TRY(opt.attention({.layer = l, .n_q = n, .n_kv = first + n, .heads_q = c.n_heads, .heads_kv = c.n_kv_heads, .head_dim = hd,
+                            .scale = 1.0f / std::sqrt(static_cast<float>(hd)), .q = q,
+                            .k = std::span<const float>(cache.k_at(l, 0), kv_len), .v = std::span<const float>(cache.v_at(l, 0), kv_len),
+                            .out = att}));
+
+    for (int t = 0; t < n; ++t) {
+      float* xt = row(x, t, dim);
+      float* xbt = row(xb, t, dim);
+      detail::matvec(xbt, row(att, t, qdim), w.wo, dim, qdim);
+      for (int i = 0; i < dim; ++i) xt[i] += xbt[i];
+      detail::rmsnorm(xbt, xt, w.rms_ffn, dim);
+      float* a = row(h1, t, hid);
+      float* b = row(h3, t, hid);
+      detail::matvec(a, xbt, w.w1, hid, dim);
+      detail::matvec(b, xbt, w.w3, hid, dim);
+      for (int i = 0; i < hid; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];  // SwiGLU: silu(gate) · up
+      detail::matvec(xbt, a, w.w2, dim, hid);
+      for (int i = 0; i < dim; ++i) xt[i] += xbt[i];
+    }
+  }
+  cache.tokens += n;
+
+  if (!logits.empty()) {
+    for (int t = 0; t < n; ++t) {
+      detail::rmsnorm(row(xb, t, dim), row(x, t, dim), m.rms_final, dim);
+      detail::matvec(logits.data() + static_cast<std::size_t>(t) * c.vocab_size, row(xb, t, dim), m.classifier, c.vocab_size, dim);
+    }
+  }
+  return skim::status::success();
+}
+
+// Index of the largest logit (the lowest index on ties).
+[[nodiscard]] inline int argmax(std::span<const float> logits) {
+  return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+}  // namespace skim_llama

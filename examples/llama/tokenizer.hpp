@@ -1,0 +1,174 @@
+#pragma once
+// skim_llama::tokenizer — llama2.c's BPE tokenizer (SentencePiece-style pieces with byte fallback).
+//
+// File layout: int32 max_token_length, then per token (vocab_size of them, taken from the
+// model's config): float score, int32 length, `length` bytes. Ids 0, 1, 2 are <unk>, <s>
+// (BOS), </s> (EOS); ids 3..258 are the byte pieces "<0x00>".."<0xFF>".
+//
+// encode() gives exactly llama2.c's result (its encode(): dummy " " prefix, UTF-8 code points
+// looked up whole or split into byte tokens, then repeatedly merge the adjacent pair whose
+// merged piece has the best score, the leftmost on ties), but keeps candidate pairs in a
+// heap, so a long text costs O(n log n) instead of llama2.c's O(n^2) rescans.
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <queue>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "skim/core/status.hpp"
+
+namespace skim_llama {
+
+class tokenizer {
+ public:
+  static constexpr int bos = 1;
+  static constexpr int eos = 2;
+  static constexpr int byte_offset = 3;  // id of the byte piece <0x00>
+
+  // @pre vocab_size > 0 (from the model's config); the file must hold exactly that many tokens.
+  [[nodiscard]] static skim::status load(const std::filesystem::path& path, int vocab_size, tokenizer& out) {
+    const std::string name = path.string();
+    const auto fail = [&](const char* what, long long a, long long b) {
+      return skim::status::error(skim::status_code::invalid_argument, "%s: %s (%lld, %lld)", name.c_str(), what, a, b);
+    };
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      return skim::status::error(skim::status_code::invalid_argument, "%s: cannot open (%s)", name.c_str(), std::strerror(errno));
+    }
+    const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::size_t at = 0;
+    const auto read_i32 = [&](std::int32_t& v) {
+      if (raw.size() - at < 4) return false;
+      std::memcpy(&v, raw.data() + at, 4);
+      at += 4;
+      return true;
+    };
+    std::int32_t max_len = 0;
+    if (!read_i32(max_len) || max_len <= 0) return fail("bad max_token_length (value, file bytes)", max_len, static_cast<long long>(raw.size()));
+    out.max_token_length_ = max_len;
+    out.pieces_.assign(vocab_size, {});
+    out.scores_.assign(vocab_size, 0.0f);
+    out.ids_.clear();
+    for (int i = 0; i < vocab_size; ++i) {
+      std::int32_t score_bits = 0, len = 0;
+      if (!read_i32(score_bits) || !read_i32(len)) return fail("truncated token entry (token, offset)", i, static_cast<long long>(at));
+      if (len < 0 || static_cast<std::size_t>(len) > raw.size() - at) return fail("bad token length (token, length)", i, len);
+      std::memcpy(&out.scores_[i], &score_bits, 4);
+      out.pieces_[i].assign(raw, at, static_cast<std::size_t>(len));
+      at += static_cast<std::size_t>(len);
+      out.ids_.emplace(out.pieces_[i], i);  // duplicates keep the lowest id
+    }
+    if (at != raw.size()) return fail("bytes after the last token (vocab_size, extra bytes)", vocab_size, static_cast<long long>(raw.size() - at));
+    return skim::status::success();
+  }
+
+  [[nodiscard]] int vocab_size() const { return static_cast<int>(pieces_.size()); }
+  [[nodiscard]] const std::string& piece(int id) const { return pieces_.at(static_cast<std::size_t>(id)); }
+  [[nodiscard]] int find(std::string_view piece) const {
+    const auto it = ids_.find(std::string(piece));
+    return it == ids_.end() ? -1 : it->second;
+  }
+
+  // The text of `token` when it follows `prev` (llama2.c's decode()): a leading space is
+  // dropped right after BOS, and byte pieces "<0xHH>" become the byte.
+  [[nodiscard]] std::string decode(int prev, int token) const {
+    std::string_view p = piece(token);
+    if (prev == bos && !p.empty() && p.front() == ' ') p.remove_prefix(1);
+    if (p.size() == 6 && p.starts_with("<0x") && p.back() == '>') {
+      const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+      const int hi = hex(p[3]), lo = hex(p[4]);
+      if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
+    }
+    return std::string(p);
+  }
+
+  // Decodes a token sequence; the first token is decoded as if it followed BOS.
+  [[nodiscard]] std::string decode(std::span<const int> tokens) const {
+    std::string s;
+    int prev = bos;
+    for (const int t : tokens) {
+      if (t != bos) s += decode(prev, t);
+      prev = t;
+    }
+    return s;
+  }
+
+  // llama2.c's encode(text, bos, eos).
+  [[nodiscard]] std::vector<int> encode(std::string_view text, bool add_bos = true, bool add_eos = false) const {
+    std::vector<int> ids;
+    if (add_bos) ids.push_back(bos);
+    if (!text.empty() && find(" ") >= 0) ids.push_back(find(" "));  // add_dummy_prefix
+    // Code points (at most 4 bytes each) as pieces, or their bytes as byte tokens.
+    std::string cp;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) cp.clear();
+      cp += text[i];
+      const bool continues = i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80;
+      if (continues && cp.size() < 4) continue;
+      if (const int id = find(cp); id >= 0) {
+        ids.push_back(id);
+      } else {
+        for (const char c : cp) ids.push_back(static_cast<unsigned char>(c) + byte_offset);
+      }
+      cp.clear();
+    }
+    merge_pairs(ids);
+    if (add_eos) ids.push_back(eos);
+    return ids;
+  }
+
+ private:
+  // A candidate merge of the symbols at positions left and right (right follows left).
+  struct candidate {
+    float score;
+    int left, right;
+    int left_id, right_id;  // the ids when pushed: a later merge of either side makes it stale
+    int merged_id;
+    bool operator<(const candidate& o) const {  // max-heap: best score, then leftmost
+      return score != o.score ? score < o.score : left > o.left;
+    }
+  };
+
+  void merge_pairs(std::vector<int>& ids) const {
+    const int n = static_cast<int>(ids.size());
+    std::vector<int> next(n), prev(n);
+    for (int i = 0; i < n; ++i) next[i] = i + 1, prev[i] = i - 1;  // next == n: end
+    std::priority_queue<candidate> heap;
+    const auto push = [&](int l, int r) {
+      if (l < 0 || r >= n) return;
+      const std::string& a = pieces_[ids[l]];
+      const std::string& b = pieces_[ids[r]];
+      if (static_cast<int>(a.size() + b.size()) > max_token_length_) return;
+      const int m = find(a + b);
+      if (m >= 0 && scores_[m] > -1e10f) heap.push({scores_[m], l, r, ids[l], ids[r], m});  // -1e10: llama2.c's floor
+    };
+    for (int i = 0; i + 1 < n; ++i) push(i, i + 1);
+    while (!heap.empty()) {
+      const candidate c = heap.top();
+      heap.pop();
+      if (ids[c.left] != c.left_id || ids[c.right] != c.right_id || next[c.left] != c.right) continue;  // stale
+      ids[c.left] = c.merged_id;
+      ids[c.right] = -1;  // dead
+      next[c.left] = next[c.right];
+      if (next[c.left] < n) prev[next[c.left]] = c.left;
+      push(prev[c.left], c.left);
+      push(c.left, next[c.left]);
+    }
+    std::erase(ids, -1);
+  }
+
+  std::vector<std::string> pieces_;
+  std::vector<float> scores_;
+  std::unordered_map<std::string, int> ids_;
+  int max_token_length_ = 0;
+};
+
+}  // namespace skim_llama
