@@ -7,11 +7,13 @@
 //   2. <ancestor>/shared/models for every ancestor of each start directory given.
 // On failure the message lists every place looked at.
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace skim_llama {
 
@@ -29,19 +31,21 @@ inline constexpr const char* model_file_name = "stories260K.bin";
     if (fs::is_regular_file(fs::path(env) / model_file_name, ec)) return {fs::path(env), {}};
     return {{}, std::string("SKIM_MODELS_DIR=") + env + " holds no " + model_file_name};
   }
-  std::string looked;
+  std::vector<fs::path> looked;
   for (const fs::path& start : starts) {
     fs::path dir = fs::absolute(start, ec);
     if (ec) continue;
     for (;;) {
       const fs::path candidate = dir / "shared" / "models";
       if (fs::is_regular_file(candidate / model_file_name, ec)) return {candidate, {}};
-      looked += "\n  " + candidate.string();
+      if (std::find(looked.begin(), looked.end(), candidate) == looked.end()) looked.push_back(candidate);
       if (!dir.has_parent_path() || dir.parent_path() == dir) break;
       dir = dir.parent_path();
     }
   }
-  return {{}, std::string("no shared/models/") + model_file_name + " found (set SKIM_MODELS_DIR to its directory); looked in:" + looked};
+  std::string error = std::string("no shared/models/") + model_file_name + " found (set SKIM_MODELS_DIR to its directory); looked in:";
+  for (const fs::path& p : looked) error += "\n  " + p.string();
+  return {{}, error};
 }
 
 }  // namespace skim_llama

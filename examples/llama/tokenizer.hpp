@@ -72,6 +72,7 @@ class tokenizer {
 
   [[nodiscard]] int vocab_size() const { return static_cast<int>(pieces_.size()); }
   [[nodiscard]] const std::string& piece(int id) const { return pieces_.at(static_cast<std::size_t>(id)); }
+  [[nodiscard]] float score(int id) const { return scores_.at(static_cast<std::size_t>(id)); }
   [[nodiscard]] int find(std::string_view piece) const {
     const auto it = ids_.find(std::string(piece));
     return it == ids_.end() ? -1 : it->second;

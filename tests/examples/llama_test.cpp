@@ -1,0 +1,262 @@
+// The stories260K engine core against the real checkpoint (shared/models, outside the repo).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "../../examples/llama/forward.hpp"
+#include "../../examples/llama/model.hpp"
+#include "../../examples/llama/models_dir.hpp"
+#include "../../examples/llama/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+using namespace skim_llama;
+
+namespace {
+
+// The models directory, or a failed test naming where it looked.
+fs::path models_dir() {
+  const models_dir_result r = find_models_dir({fs::current_path(), fs::path(__FILE__).parent_path()});
+  if (r.dir.empty()) FAIL(r.error);
+  return r.dir;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  REQUIRE_MESSAGE(in, "cannot open ", p.string());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct loaded {
+  model m;
+  tokenizer tok;
+};
+
+const loaded& real_model() {
+  static loaded* l = [] {
+    auto* x = new loaded;
+    const fs::path dir = models_dir();
+    const skim::status s = load(dir / "stories260K.bin", x->m);
+    REQUIRE_MESSAGE(s.ok(), s.message());
+    const skim::status t = tokenizer::load(dir / "tok512.bin", x->m.cfg.vocab_size, x->tok);
+    REQUIRE_MESSAGE(t.ok(), t.message());
+    return x;
+  }();
+  return *l;
+}
+
+// llama2.c's encode() as written there: rescan every pair after each merge. O(n^2).
+std::vector<int> encode_llama2c(const tokenizer& tk, const std::string& text) {
+  std::vector<int> ids = {tokenizer::bos, tk.find(" ")};
+  std::string cp;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) cp.clear();
+    cp += text[i];
+    if (i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80 && cp.size() < 4) continue;
+    if (const int id = tk.find(cp); id >= 0) {
+      ids.push_back(id);
+    } else {
+      for (const char c : cp) ids.push_back(static_cast<unsigned char>(c) + 3);
+    }
+    cp.clear();
+  }
+  for (;;) {
+    float best = -1e10f;
+    int best_id = -1, best_at = -1;
+    for (std::size_t i = 0; i + 1 < ids.size(); ++i) {
+      const int id = tk.find(tk.piece(ids[i]) + tk.piece(ids[i + 1]));
+      if (id >= 0 && tk.score(id) > best) {
+        best = tk.score(id);
+        best_id = id;
+        best_at = static_cast<int>(i);
+      }
+    }
+    if (best_at < 0) break;
+    ids[best_at] = best_id;
+    ids.erase(ids.begin() + best_at + 1);
+  }
+  return ids;
+}
+
+double mean_loss(std::span<const float> logits, std::span<const int> ids, int vocab) {
+  double total = 0;
+  for (std::size_t t = 0; t + 1 < ids.size(); ++t) {
+    const float* r = logits.data() + t * vocab;
+    const float mx = *std::max_element(r, r + vocab);
+    double z = 0;
+    for (int j = 0; j < vocab; ++j) z += std::exp(static_cast<double>(r[j] - mx));
+    total += std::log(z) - (r[ids[t + 1]] - mx);
+  }
+  return total / static_cast<double>(ids.size() - 1);
+}
+
+fs::path temp_dir() {
+  const fs::path d = fs::temp_directory_path() / ("skim_llama_test_" + std::to_string(std::rand()));
+  fs::create_directories(d);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("llama: the checkpoint loads with its known config") {
+  const config& c = real_model().m.cfg;
+  CHECK(c.dim == 64);
+  CHECK(c.hidden_dim == 172);
+  CHECK(c.n_layers == 5);
+  CHECK(c.n_heads == 8);
+  CHECK(c.n_kv_heads == 4);
+  CHECK(c.vocab_size == 512);
+  CHECK(c.seq_len == 512);
+  CHECK(c.shared_classifier);
+  CHECK(c.head_dim() == 8);
+  CHECK(real_model().tok.vocab_size() == 512);
+}
+
+TEST_CASE("llama: greedy generation from BOS tells the known story") {
+  const auto& [m, tok] = real_model();
+  kv_cache cache(m.cfg, m.cfg.seq_len);
+  std::vector<float> logits(m.cfg.vocab_size);
+  std::vector<int> out;
+  int t = tokenizer::bos;
+  for (int i = 0; i < 40; ++i) {
+    REQUIRE(forward(m, cache, std::span(&t, 1), logits).ok());
+    t = argmax(logits);
+    if (t == tokenizer::bos) break;
+    out.push_back(t);
+  }
+  const std::string text = tok.decode(out);
+  CHECK_MESSAGE(text.starts_with("Once upon a time, there was a little girl named Lily."), text);
+}
+
+TEST_CASE("llama: prefill equals token-by-token decode") {
+  const auto& [m, tok] = real_model();
+  std::vector<int> ids = tok.encode(read_text(models_dir() / "tinystories_sample.txt"));
+  ids.resize(96);
+  const int vocab = m.cfg.vocab_size;
+  std::vector<float> prefill(ids.size() * vocab), step(vocab);
+  kv_cache a(m.cfg, 128), b(m.cfg, 128);
+  // Half the prompt as one prefill, then the rest in a second chunk: chunked prefill too.
+  REQUIRE(forward(m, a, std::span(ids).first(40), std::span(prefill).first(40 * vocab)).ok());
+  REQUIRE(forward(m, a, std::span(ids).subspan(40), std::span(prefill).subspan(40 * vocab)).ok());
+  CHECK(a.tokens == 96);
+  float worst = 0;
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    REQUIRE(forward(m, b, std::span(ids).subspan(t, 1), step).ok());
+    for (int j = 0; j < vocab; ++j) worst = std::max(worst, std::abs(step[j] - prefill[t * vocab + j]));
+  }
+  CHECK(worst < 1e-4f);
+  CHECK(a.k == b.k);
+}
+
+TEST_CASE("llama: mean next-token loss over real TinyStories text") {
+  const auto& [m, tok] = real_model();
+  std::vector<int> ids = tok.encode(read_text(models_dir() / "tinystories_more.txt"));
+  REQUIRE(ids.size() >= 512);
+  ids.resize(512);
+  std::vector<float> logits(ids.size() * m.cfg.vocab_size);
+  kv_cache cache(m.cfg, 512);
+  REQUIRE(forward(m, cache, ids, logits).ok());
+  const double loss = mean_loss(logits, ids, m.cfg.vocab_size);
+  MESSAGE("mean next-token loss over the first 512 tokens of tinystories_more.txt: ", loss, " nats");
+  CHECK(loss > 0.9);
+  CHECK(loss < 1.6);
+}
+
+TEST_CASE("llama: attention is pluggable and the hook sees Q, K after RoPE and V") {
+  const auto& [m, tok] = real_model();
+  const std::vector<int> ids = tok.encode("Once upon a time");
+  const int n = static_cast<int>(ids.size());
+  int calls = 0, hooks = 0;
+  forward_options opt;
+  opt.attention = [&](const attention_args& a) {
+    ++calls;
+    CHECK(a.n_q == n);
+    CHECK(a.n_kv == n);
+    CHECK(a.heads_q == 8);
+    CHECK(a.heads_kv == 4);
+    CHECK(a.q.size() == static_cast<std::size_t>(n) * 8 * 8);
+    CHECK(a.k.size() == static_cast<std::size_t>(n) * 4 * 8);
+    return dense_attention(a);
+  };
+  kv_cache cache(m.cfg, n);
+  opt.on_qkv = [&](const qkv_view& x) {
+    ++hooks;
+    CHECK(x.n == n);
+    CHECK(std::equal(x.k.begin(), x.k.end(), cache.k_at(x.layer, 0)));  // K enters the cache after RoPE
+    CHECK(std::equal(x.v.begin(), x.v.end(), cache.v_at(x.layer, 0)));
+  };
+  std::vector<float> logits(ids.size() * m.cfg.vocab_size), dense(logits.size());
+  REQUIRE(forward(m, cache, ids, logits, opt).ok());
+  CHECK(calls == m.cfg.n_layers);
+  CHECK(hooks == m.cfg.n_layers);
+  kv_cache plain(m.cfg, n);
+  REQUIRE(forward(m, plain, ids, dense).ok());
+  CHECK(logits == dense);
+
+  // A failing attention stops the pass and its status comes back.
+  opt.attention = [](const attention_args& a) {
+    return skim::status::error(skim::status_code::unsupported, "no executor for layer %d", a.layer);
+  };
+  opt.on_qkv = {};
+  kv_cache c2(m.cfg, n);
+  CHECK(std::string(forward(m, c2, ids, logits, opt).message()) == "no executor for layer 0");
+  CHECK(std::string(forward(m, plain, ids, dense).message()) == "kv cache holds " + std::to_string(n) + " of " + std::to_string(n) +
+                                                                    " tokens, " + std::to_string(n) + " more do not fit");
+  const int bad = 512;
+  CHECK(std::string(forward(m, c2, std::span(&bad, 1), {}).message()) == "token 512 at 0 outside vocab 512");
+}
+
+TEST_CASE("llama: the tokenizer matches llama2.c and round-trips text") {
+  const auto& tok = real_model().tok;
+  const std::string text = read_text(models_dir() / "tinystories_sample.txt").substr(0, 1500);
+  const std::vector<int> ids = tok.encode(text);
+  CHECK(ids == encode_llama2c(tok, text));
+  CHECK(ids.front() == tokenizer::bos);
+  CHECK(tok.decode(ids) == text);
+  const std::string odd = "Ünïcödé ☃ and\ttabs\n\nnew lines";  // byte fallback
+  CHECK(tok.decode(tok.encode(odd)) == odd);
+  CHECK(tok.encode("") == std::vector<int>{tokenizer::bos});
+  CHECK(tok.encode("", false, true) == std::vector<int>{tokenizer::eos});
+}
+
+TEST_CASE("llama: a wrong or truncated file gives a clear error") {
+  const fs::path dir = models_dir();
+  const fs::path tmp = temp_dir();
+  const std::string full = read_text(dir / "stories260K.bin");
+  const auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(tmp / name, std::ios::binary) << bytes;
+    return tmp / name;
+  };
+  model m;
+  const fs::path cut = write("cut.bin", full.substr(0, 100000));
+  CHECK(std::string(load(cut, m).message()) == cut.string() + ": file holds 100000 bytes, header (dim 64, 5 layers, vocab 512) needs 1056540");
+  const fs::path tiny = write("tiny.bin", full.substr(0, 20));
+  CHECK(std::string(load(tiny, m).message()) == tiny.string() + ": file holds 20 bytes, too short for the 28-byte header");
+  std::string bad_heads = full;
+  bad_heads[12] = 3;  // n_heads 3
+  const fs::path heads = write("heads.bin", bad_heads);
+  CHECK(std::string(load(heads, m).message()) ==
+        heads.string() + ": bad header: dim 64, n_heads 3, n_kv_heads 4 (need heads | dim, kv_heads | heads, even head dim)");
+  std::string negative = full;
+  negative[8] = '\xff', negative[9] = '\xff', negative[10] = '\xff', negative[11] = '\xff';  // n_layers -1
+  const fs::path neg = write("neg.bin", negative);
+  CHECK(std::string(load(neg, m).message()) == neg.string() +
+                                                   ": bad header: dim 64, hidden_dim 172, n_layers -1, n_heads 8, n_kv_heads 4, vocab_size 512, seq_len 512");
+  CHECK(std::string(load(tmp / "missing.bin", m).message()) == (tmp / "missing.bin").string() + ": cannot open (No such file or directory)");
+
+  tokenizer tk;
+  const std::string tok_bytes = read_text(dir / "tok512.bin");
+  const fs::path tcut = write("tok.bin", tok_bytes.substr(0, 3000));
+  const skim::status s = tokenizer::load(tcut, 512, tk);
+  CHECK_FALSE(s.ok());
+  CHECK(std::string(s.message()).starts_with(tcut.string() + ": "));
+  CHECK(std::string(tokenizer::load(dir / "tok512.bin", 500, tk).message()).find("bytes after the last token") != std::string::npos);
+  fs::remove_all(tmp);
+}
