@@ -31,7 +31,6 @@ skim_ensure_packages() {
     return 0
   fi
 
-  echo "skim: installing missing packages: ${missing[*]}" >&2
   local -a sudo=()
   if [[ "$(id -u)" != 0 ]]; then
     if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
@@ -43,6 +42,7 @@ skim_ensure_packages() {
       exit 1
     fi
   fi
+  echo "skim: installing missing packages: ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   "${sudo[@]}" apt-get update -qq
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
