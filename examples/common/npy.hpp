@@ -26,13 +26,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "read_file.hpp"
 #include "skim/core/dtypes.hpp"
 #include "skim/core/status.hpp"
 
@@ -253,22 +253,23 @@ struct dict_reader {
 
 // Reads a whole file and parses it; messages name `path` as given.
 [[nodiscard]] inline status read(const std::filesystem::path& path, array& out) {
-  const std::string name = path.string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return status::error(status_code::invalid_argument, "%s: cannot open (%s)", name.c_str(), std::strerror(errno));
-  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return status::error(status_code::invalid_argument, "%s: read error", name.c_str());
-  return parse(std::as_bytes(std::span<const char>(raw)), out, name);
+  std::vector<std::byte> bytes;
+  SKIM_TRY(examples::read_file(path, bytes));
+  return parse(bytes, out, path.string());
 }
 
 // Serialises a float32 C-order array.
 // @pre every dimension >= 0 and data.size() == product of shape, otherwise shape_mismatch.
 [[nodiscard]] inline status serialize(std::span<const std::int64_t> shape, std::span<const float> data, std::vector<std::byte>& out) {
   std::uint64_t count = 1;
+  bool overflow = false;
   for (const std::int64_t d : shape) {
     if (d < 0) return status::error(status_code::shape_mismatch, "npy: negative dimension %lld", static_cast<long long>(d));
-    count *= static_cast<std::uint64_t>(d);
+    const auto ud = static_cast<std::uint64_t>(d);
+    overflow = overflow || (ud != 0 && count > std::numeric_limits<std::uint64_t>::max() / ud);
+    count *= ud;  // wraps only when overflow is set
   }
+  if (overflow) return status::error(status_code::shape_mismatch, "npy: shape %s overflows", detail::shape_text(shape).c_str());
   if (count != data.size()) {
     return status::error(status_code::shape_mismatch, "npy: shape %s holds %llu elements, data has %zu",
                          detail::shape_text(shape).c_str(), static_cast<unsigned long long>(count), data.size());

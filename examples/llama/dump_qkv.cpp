@@ -15,13 +15,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/npy.hpp"
+#include "common/read_file.hpp"
 #include "llama/forward.hpp"
 #include "llama/model.hpp"
 #include "llama/models_dir.hpp"
@@ -93,10 +92,9 @@ int main(int argc, char** argv) {
   if (const auto s = tokenizer::load(models / "tok512.bin", m.cfg.vocab_size, tok); !s.ok()) return fail(s);
   if (n_tokens > m.cfg.seq_len) return usage(("--tokens " + std::to_string(n_tokens) + " > the model's seq_len " + std::to_string(m.cfg.seq_len)).c_str());
 
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return usage(("cannot open " + text_path.string()).c_str());
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<int> ids = tok.encode(text);
+  std::vector<std::byte> text;
+  if (const auto s = skim::examples::read_file(text_path, text); !s.ok()) return fail(s);
+  std::vector<int> ids = tok.encode(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()));
   if (static_cast<int>(ids.size()) < n_tokens) {
     std::fprintf(stderr, "skim-dump-qkv: %s has only %zu tokens; using all\n", text_path.string().c_str(), ids.size());
     n_tokens = static_cast<int>(ids.size());

@@ -15,17 +15,16 @@
 // load() checks the header and that the file size is exactly what it implies.
 
 #include <array>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "../common/read_file.hpp"
 #include "skim/core/status.hpp"
 
 namespace skim_llama {
@@ -155,14 +154,9 @@ inline constexpr std::size_t header_bytes = 7 * sizeof(std::int32_t);
 
 // Reads a checkpoint file; messages name `path` as given.
 [[nodiscard]] inline status load(const std::filesystem::path& path, model& out) {
-  const std::string name = path.string();
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return status::error(status_code::invalid_argument, "%s: cannot open (%s)", name.c_str(), std::strerror(errno));
-  std::vector<std::byte> bytes(static_cast<std::size_t>(in.tellg()));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!in) return status::error(status_code::invalid_argument, "%s: read error", name.c_str());
-  return parse(bytes, out, name);
+  std::vector<std::byte> bytes;
+  SKIM_TRY(skim::examples::read_file(path, bytes));
+  return parse(bytes, out, path.string());
 }
 
 }  // namespace skim_llama

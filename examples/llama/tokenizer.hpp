@@ -10,12 +10,9 @@
 // merged piece has the best score, the leftmost on ties), but keeps candidate pairs in a
 // heap, so a long text costs O(n log n) instead of llama2.c's O(n^2) rescans.
 
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <queue>
 #include <span>
 #include <string>
@@ -23,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../common/read_file.hpp"
 #include "skim/core/status.hpp"
 
 namespace skim_llama {
@@ -39,11 +37,9 @@ class tokenizer {
     const auto fail = [&](const char* what, long long a, long long b) {
       return skim::status::error(skim::status_code::invalid_argument, "%s: %s (%lld, %lld)", name.c_str(), what, a, b);
     };
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      return skim::status::error(skim::status_code::invalid_argument, "%s: cannot open (%s)", name.c_str(), std::strerror(errno));
-    }
-    const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::byte> bytes;
+    SKIM_TRY(skim::examples::read_file(path, bytes));
+    const std::string_view raw(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     std::size_t at = 0;
     const auto read_i32 = [&](std::int32_t& v) {
       if (raw.size() - at < 4) return false;
@@ -51,6 +47,7 @@ class tokenizer {
       at += 4;
       return true;
     };
+    if (vocab_size <= 0) return fail("bad vocab_size (vocab_size, file bytes)", vocab_size, static_cast<long long>(raw.size()));
     std::int32_t max_len = 0;
     if (!read_i32(max_len) || max_len <= 0) return fail("bad max_token_length (value, file bytes)", max_len, static_cast<long long>(raw.size()));
     out.max_token_length_ = max_len;
@@ -62,7 +59,7 @@ class tokenizer {
       if (!read_i32(score_bits) || !read_i32(len)) return fail("truncated token entry (token, offset)", i, static_cast<long long>(at));
       if (len < 0 || static_cast<std::size_t>(len) > raw.size() - at) return fail("bad token length (token, length)", i, len);
       std::memcpy(&out.scores_[i], &score_bits, 4);
-      out.pieces_[i].assign(raw, at, static_cast<std::size_t>(len));
+      out.pieces_[i].assign(raw.substr(at, static_cast<std::size_t>(len)));
       at += static_cast<std::size_t>(len);
       out.ids_.emplace(out.pieces_[i], i);  // duplicates keep the lowest id
     }
@@ -79,8 +76,10 @@ class tokenizer {
   }
 
   // The text of `token` when it follows `prev` (llama2.c's decode()): a leading space is
-  // dropped right after BOS, and byte pieces "<0xHH>" become the byte.
+  // dropped right after BOS, and byte pieces "<0xHH>" become the byte. An id outside the
+  // vocabulary decodes to nothing.
   [[nodiscard]] std::string decode(int prev, int token) const {
+    if (token < 0 || token >= vocab_size()) return {};
     std::string_view p = piece(token);
     if (prev == bos && !p.empty() && p.front() == ' ') p.remove_prefix(1);
     if (p.size() == 6 && p.starts_with("<0x") && p.back() == '>') {

@@ -87,6 +87,7 @@ TEST_CASE("npy: file round trip and missing file") {
   CHECK(a.data == data);
   const std::string missing = (dir / "nope.npy").string();
   CHECK(std::string(npy::read(dir / "nope.npy", a).message()) == missing + ": cannot open (No such file or directory)");
+  CHECK(std::string(npy::read(dir, a).message()).starts_with(dir.string() + ": read error"));  // a directory
   std::filesystem::remove_all(dir);
 }
 
