@@ -94,8 +94,8 @@ TEST_CASE_TEMPLATE("scalar matches reference: random shapes, implicit indices", 
       worst = std::max(worst, r.max_rel_o);
     });
   }
-  MESSAGE(std::string(element_name<TQ>) << "/" << element_name<TKV> << "/" << element_name<TO> << ": worst relative error "
-                           << worst << " (tolerance " << output_tolerance<TO> << ")");
+  const std::string types_name = std::string(element_name<TQ>) + "/" + element_name<TKV> + "/" + element_name<TO>;
+  MESSAGE(types_name << ": worst relative error " << worst << " (tolerance " << output_tolerance<TO> << ")");
 }
 
 TEST_CASE("scalar matches reference: every head_dim 1..256") {

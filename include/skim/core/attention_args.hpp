@@ -38,7 +38,7 @@ struct attention_args {
   KV kv;                     // K, V: [tokens_kv, heads_kv, head_dim], contiguous or paged
   Index index;               // one row per (sequence, query block, index head)
   strided_view<TO> o;        // [tokens_q, heads_q, head_dim]
-  std::span<float> lse;      // [tokens_q * heads_q] token-major, empty = not written
+  std::span<float> lse = {}; // [tokens_q * heads_q] token-major, empty = not written
 };
 
 namespace detail {
