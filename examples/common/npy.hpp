@@ -17,6 +17,7 @@
 // Writer: float32, C order, any shape (0-d included), version 1.0 (2.0 if the header needs
 // more than 65535 bytes), header padded so the data starts on a 64-byte boundary.
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cerrno>
@@ -220,15 +221,14 @@ struct dict_reader {
   // Element count, guarding against overflow; the data must then be exactly that long.
   const std::size_t item = descr == "<f4" ? 4 : 2;
   const std::size_t data_bytes = size - preamble - header_len;
-  std::uint64_t count = 1;
+  // A zero dimension makes the array empty whatever the others are (numpy agrees).
+  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+  std::uint64_t count = empty ? 0 : 1;
   bool overflow = false;
-  for (const std::int64_t d : shape) count = d == 0 ? 0 : count;  // a zero dimension: empty, whatever the rest
-  for (const std::int64_t d : shape) {
-    const auto ud = static_cast<std::uint64_t>(d);
-    if (count == 0) break;
-    if (count > std::numeric_limits<std::uint64_t>::max() / item / ud) overflow = true;
-    if (overflow) break;
-    count *= ud;
+  for (std::size_t i = 0; i < shape.size() && !empty && !overflow; ++i) {
+    const auto d = static_cast<std::uint64_t>(shape[i]);  // >= 1 here
+    overflow = count > std::numeric_limits<std::uint64_t>::max() / item / d;
+    if (!overflow) count *= d;
   }
   const std::string what = "shape " + detail::shape_text(shape) + " of " + descr;
   if (overflow) return err(what + " overflows the addressable size");

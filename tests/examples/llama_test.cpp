@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -98,7 +98,7 @@ double mean_loss(std::span<const float> logits, std::span<const int> ids, int vo
 }
 
 fs::path temp_dir() {
-  const fs::path d = fs::temp_directory_path() / ("skim_llama_test_" + std::to_string(std::rand()));
+  const fs::path d = fs::temp_directory_path() / ("skim_llama_test_" + std::to_string(std::random_device{}()));
   fs::create_directories(d);
   return d;
 }

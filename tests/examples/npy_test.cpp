@@ -1,7 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cstdint>
-#include <cstdlib>
+#include <random>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -76,7 +77,7 @@ TEST_CASE("npy: the writer's header is what numpy writes") {
 }
 
 TEST_CASE("npy: file round trip and missing file") {
-  const auto dir = std::filesystem::temp_directory_path() / ("skim_npy_test_" + std::to_string(std::rand()));
+  const auto dir = std::filesystem::temp_directory_path() / ("skim_npy_test_" + std::to_string(std::random_device{}()));
   std::filesystem::create_directories(dir);
   const std::vector<std::int64_t> shape = {2, 3};
   const std::vector<float> data = {1, 2, 3, -4, 5.5f, 1e-30f};
