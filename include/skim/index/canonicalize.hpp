@@ -21,8 +21,8 @@
 
 namespace skim::index {
 
-// Sorts and deduplicates each row of t; slots freed by duplicates get block_table::pad and count
-// shrinks accordingly. @post on ok, t.validate(p) is ok.
+// Sorts and deduplicates each row of t; count shrinks by the duplicates dropped, and every slot
+// past the new count (freed or padding before) holds block_table::pad, as conversions write it. @post on ok, t.validate(p) is ok.
 [[nodiscard]] inline status canonicalize(const problem& p, mutable_block_table t) noexcept {
   SKIM_TRY(t.validate(p, order::any));
   const std::int64_t rows = p.index_rows();
@@ -31,7 +31,7 @@ namespace skim::index {
     std::int32_t* last = first + t.count[static_cast<std::size_t>(r)];
     std::sort(first, last);
     std::int32_t* kept = std::unique(first, last);
-    std::fill(kept, last, block_table::pad);
+    std::fill(kept, first + t.width, block_table::pad);
     t.count[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(kept - first);
   }
   return status::success();
