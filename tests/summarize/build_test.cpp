@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -195,7 +196,7 @@ struct fixed_case {
 
 }  // namespace
 
-TEST_CASE("summary_layout: blocks of each sequence are contiguous, in sequence order") {
+TEST_CASE("summarize::summary_layout: blocks of each sequence are contiguous, in sequence order") {
   const fixed_case f;
   const problem p = f.get();
   const auto l = sm::make_summary_layout<sm::mean_pool>(p);
@@ -328,4 +329,83 @@ TEST_CASE("summarize::build and append report bad input with the value and its p
   s = sm::build<sm::mean_pool>(p, paged, records, {});
   CHECK(s.code() == status_code::invalid_index);
   CHECK(std::string_view(s.message()) == "page_indices[4] = 9 out of [0, 5) for sequence 2");
+}
+
+TEST_CASE("summarize::append_newest grows every sequence of a paged batch by one key per step") {
+  const std::uint32_t seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  using S = sm::multi_centroid<2>;
+  using T = half;
+  for (int iter = 0; iter < 6; ++iter) {
+    // Prefix lengths (one sequence stays empty throughout), then `steps` decode steps.
+    const batch_case c = random_batch(rng);
+    const std::int32_t steps = uniform(rng, 1, 20);
+    const std::int32_t batch = static_cast<std::int32_t>(c.ck.size()) - 1;
+    std::vector<std::int32_t> prefix(batch), final_ck{0};
+    std::int32_t empty = -1;
+    for (std::int32_t b = 0; b < batch; ++b) {
+      prefix[b] = c.ck[b + 1] - c.ck[b];
+      if (prefix[b] == 0 && empty < 0) empty = b;
+      final_ck.push_back(final_ck.back() + (b == empty ? 0 : prefix[b] + steps));
+    }
+    INFO("iter " << iter << " steps " << steps << " block_kv " << c.block_kv << " empty sequence " << empty);
+    problem final_p = c.get();
+    final_p.cu_seqlens_kv = final_ck;
+    const auto keys = to_elements<T>(random_values(rng, static_cast<std::size_t>(final_p.tokens_kv()) * c.heads_kv * c.head_dim));
+    const paged_copy<T> paged(rng, final_p, keys);
+    workspace_buffer ws(sm::workspace_bytes<S>(final_p));
+
+    const sm::summary_layout lf = sm::make_summary_layout<S>(final_p);
+    std::vector<float> want(static_cast<std::size_t>(lf.floats()));
+    REQUIRE(sm::build<S>(final_p, paged.kv(final_p), want, ws.span).ok());
+
+    // The engine's per-sequence record spans, filled from a build of the prefixes.
+    const problem prefix_p = c.get();
+    const sm::summary_layout lp = sm::make_summary_layout<S>(prefix_p);
+    std::vector<float> prefix_records(static_cast<std::size_t>(lp.floats()));
+    // The final page table covers every prefix too (a sequence may hold more pages than it needs).
+    REQUIRE(sm::build<S>(prefix_p, paged.kv(prefix_p), prefix_records, ws.span).ok());
+    std::vector<std::vector<float>> own(batch);
+    std::vector<std::span<float>> spans(batch);
+    for (std::int32_t b = 0; b < batch; ++b) {
+      own[b] = random_values(rng, static_cast<std::size_t>(lf.sequence_floats(b)));
+      std::copy_n(prefix_records.begin() + lp.sequence_offset(b), lp.sequence_floats(b), own[b].begin());
+      spans[b] = own[b];
+    }
+    std::vector<std::int32_t> ck{0};
+    for (std::int32_t s = 1; s <= steps; ++s) {
+      ck.assign(1, 0);
+      for (std::int32_t b = 0; b < batch; ++b) ck.push_back(ck.back() + (b == empty ? 0 : prefix[b] + s));
+      problem step_p = c.get();
+      step_p.cu_seqlens_kv = ck;
+      const status a = sm::append_newest<S>(step_p, paged.kv(step_p), spans, ws.span);
+      REQUIRE_MESSAGE(a.ok(), a.message());
+    }
+    for (std::int32_t b = 0; b < batch; ++b) {
+      INFO("sequence " << b);
+      CHECK(same_bits(std::span(want).subspan(lf.sequence_offset(b), lf.sequence_floats(b)), own[b]));
+    }
+
+    std::vector<std::span<float>> short_spans = spans;
+    short_spans.pop_back();
+    const status bad = sm::append_newest<S>(final_p, paged.kv(final_p), short_spans, ws.span);
+    CHECK(bad.code() == status_code::shape_mismatch);
+    CHECK(std::string_view(bad.message()) ==
+          "seq_records has " + std::to_string(batch - 1) + " spans, expected batch = " + std::to_string(batch));
+  }
+}
+
+TEST_CASE("summarize::append_newest names a sequence whose records are too short") {
+  const fixed_case f;
+  const problem p = f.get();
+  std::vector<float> a(16), b, c(23);  // sequence 0: 5 keys, 2 blocks; sequence 1: empty
+  const std::vector<std::span<float>> spans{a, b, c};
+  const status s = sm::append_newest<sm::mean_pool>(p, f.kv(), spans, {});
+  CHECK(s.code() == status_code::shape_mismatch);
+  CHECK(std::string_view(s.message()) ==
+        "records of sequence 2 has 23 floats, needs 24 for key 8 in block 2 (3 blocks x 2 kv heads x 4 floats)");
+  c.resize(24);
+  const std::vector<std::span<float>> ok_spans{a, b, c};
+  CHECK(sm::append_newest<sm::mean_pool>(p, f.kv(), ok_spans, {}).ok());
 }

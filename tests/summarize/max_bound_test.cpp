@@ -11,7 +11,7 @@ using namespace skim;
 using namespace summarize_test;
 using skim::summarize::max_bound;
 
-TEST_CASE("max_bound record holds per-dimension min and max; score is the box's best corner") {
+TEST_CASE("summarize::max_bound record holds per-dimension min and max; score is the box's best corner") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
@@ -58,7 +58,7 @@ void check_upper_bound(std::mt19937& rng, int iters) {
   }
 }
 
-TEST_CASE("max_bound is never below the block's best q·k") {
+TEST_CASE("summarize::max_bound is never below the block's best q·k") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
@@ -67,7 +67,7 @@ TEST_CASE("max_bound is never below the block's best q·k") {
   check_upper_bound<bfloat16>(rng, 100);
 }
 
-TEST_CASE("max_bound: an empty record scores -inf") {
+TEST_CASE("summarize::max_bound: an empty record scores -inf") {
   std::vector<float> record(max_bound::record_floats(3), 1.0f);
   max_bound::init(record.data(), 3);
   const float q[3] = {0.0f, -2.0f, 0.5f};  // a zero q_i must not turn 0 * inf into NaN

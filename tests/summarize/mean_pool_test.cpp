@@ -10,7 +10,7 @@ using namespace skim;
 using namespace summarize_test;
 using skim::summarize::mean_pool;
 
-TEST_CASE("mean_pool record is the running sum and count, score the mean's dot") {
+TEST_CASE("summarize::mean_pool record is the running sum and count, score the mean's dot") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
@@ -41,7 +41,7 @@ TEST_CASE("mean_pool record is the running sum and count, score the mean's dot")
   }
 }
 
-TEST_CASE("mean_pool reads fp16 and bf16 keys as their fp32 values") {
+TEST_CASE("summarize::mean_pool reads fp16 and bf16 keys as their fp32 values") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
@@ -57,7 +57,7 @@ TEST_CASE("mean_pool reads fp16 and bf16 keys as their fp32 values") {
   }
 }
 
-TEST_CASE("mean_pool: an empty record scores -inf") {
+TEST_CASE("summarize::mean_pool: an empty record scores -inf") {
   std::vector<float> record(mean_pool::record_floats(5), 7.0f);
   mean_pool::init(record.data(), 5);
   const float q[5] = {1.0f, -2.0f, 0.5f, 3.0f, -1.0f};

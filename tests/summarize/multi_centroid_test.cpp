@@ -116,7 +116,7 @@ void check_against_reference(std::mt19937& rng, int iters) {
 
 }  // namespace
 
-TEST_CASE("multi_centroid sub-chunks are [floor(c * block_kv / M), floor((c + 1) * block_kv / M))") {
+TEST_CASE("summarize::multi_centroid sub-chunks are [floor(c * block_kv / M), floor((c + 1) * block_kv / M))") {
   using S3 = multi_centroid<3>;
   for (std::int32_t bk : {1, 2, 3, 4, 5, 7, 16, 64, 100}) {
     for (std::int32_t s = 0; s < bk; ++s) {
@@ -133,7 +133,7 @@ TEST_CASE("multi_centroid sub-chunks are [floor(c * block_kv / M), floor((c + 1)
   CHECK(S3::sub_chunk(5, 10) == 1);
 }
 
-TEST_CASE("multi_centroid matches a brute-force sub-chunk + Lloyd clustering") {
+TEST_CASE("summarize::multi_centroid matches a brute-force sub-chunk + Lloyd clustering") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
@@ -145,7 +145,7 @@ TEST_CASE("multi_centroid matches a brute-force sub-chunk + Lloyd clustering") {
   check_against_reference<8, 2>(rng, 40);
 }
 
-TEST_CASE("multi_centroid: Lloyd moves keys across a sub-chunk boundary to their own cluster") {
+TEST_CASE("summarize::multi_centroid: Lloyd moves keys across a sub-chunk boundary to their own cluster") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
@@ -178,7 +178,7 @@ TEST_CASE("multi_centroid: Lloyd moves keys across a sub-chunk boundary to their
   }
 }
 
-TEST_CASE("multi_centroid<1> scores the block mean, like mean_pool") {
+TEST_CASE("summarize::multi_centroid<1> scores the block mean, like mean_pool") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
@@ -194,7 +194,7 @@ TEST_CASE("multi_centroid<1> scores the block mean, like mean_pool") {
   }
 }
 
-TEST_CASE("multi_centroid: an empty record scores -inf; scratch is (M + 1) * head_dim + M floats") {
+TEST_CASE("summarize::multi_centroid: an empty record scores -inf; scratch is (M + 1) * head_dim + M floats") {
   std::vector<float> record(multi_centroid<4>::record_floats(6), 2.0f);
   multi_centroid<4>::init(record.data(), 6);
   const float q[6] = {1.0f, -1.0f, 2.0f, 0.5f, -3.0f, 0.25f};

@@ -14,7 +14,7 @@ using namespace summarize_test;
 using skim::summarize::mean_pool;
 using skim::summarize::probe_max;
 
-TEST_CASE("probe_max probe slots are floor(j * block_kv / N)") {
+TEST_CASE("summarize::probe_max probe slots are floor(j * block_kv / N)") {
   using p4 = probe_max<4>;
   CHECK(p4::probe_slot(0, 64) == 0);
   CHECK(p4::probe_slot(1, 64) == 16);
@@ -56,7 +56,7 @@ void check_probes(std::mt19937& rng, int iters) {
   }
 }
 
-TEST_CASE("probe_max keeps the keys at its probe slots and scores their best dot") {
+TEST_CASE("summarize::probe_max keeps the keys at its probe slots and scores their best dot") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
@@ -67,7 +67,7 @@ TEST_CASE("probe_max keeps the keys at its probe slots and scores their best dot
   check_probes<8>(rng, 80);
 }
 
-TEST_CASE("probe_max sees a needle at a probe slot in the middle of a block; mean_pool dilutes it") {
+TEST_CASE("summarize::probe_max sees a needle at a probe slot in the middle of a block; mean_pool dilutes it") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
@@ -99,7 +99,7 @@ TEST_CASE("probe_max sees a needle at a probe slot in the middle of a block; mea
   }
 }
 
-TEST_CASE("probe_max: a ragged block of one key has that key as its probe; an empty record scores -inf") {
+TEST_CASE("summarize::probe_max: a ragged block of one key has that key as its probe; an empty record scores -inf") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);

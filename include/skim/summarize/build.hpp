@@ -1,6 +1,6 @@
 #pragma once
-// Building block summaries: a batch build over a whole K cache (prefill) and an append of one
-// new key (decode), for any summarizer and any K source (contiguous or paged; fp32, fp16, bf16).
+// Building block summaries: a batch build over a whole K cache (prefill), an append of one new
+// key (decode) and an append of every sequence's newest key (a batch decode step), for any summarizer and any K source (contiguous or paged; fp32, fp16, bf16).
 //
 // Layout of the summaries, one record of S::record_floats(head_dim) floats per (key block, kv head),
 // meant to sit next to an engine's KV cache:
@@ -13,7 +13,7 @@
 // ([kv_blocks(b), heads_kv, record_floats] from sequence_offset(b)), so a decode engine may just as
 // well keep one span per sequence with room for its future blocks and hand that span to append().
 //
-// Both entry points add keys through the same per-key step — init at slot 0, append, complete_block
+// The entry points add keys through the same per-key step — init at slot 0, append, complete_block
 // after the block's last slot — so a cache summarised by build() and the same cache summarised
 // token by token with append() hold the same bits.
 //
@@ -115,6 +115,17 @@ SKIM_FORCEINLINE void add_key(float* record, const Kv& kv, std::int32_t b, std::
   }
 }
 
+// Key t of sequence b, every kv head, into the records of its block: block_records is
+// [heads_kv, record_floats].
+template <summarizer S, class Kv>
+void add_key_all_heads(float* block_records, const Kv& kv, std::int32_t b, std::int32_t t, const problem& p,
+                       float* scratch) noexcept {
+  const std::int64_t rf = S::record_floats(p.head_dim);
+  for (std::int32_t h = 0; h < p.heads_kv; ++h) {
+    add_key<S>(block_records + h * rf, kv, b, t, h, p.block_kv, p.head_dim, scratch);
+  }
+}
+
 }  // namespace detail
 
 // Bytes of workspace build() and append() need (0 unless S has a completion step).
@@ -171,7 +182,8 @@ struct append_site {
 // records. O(head_dim * heads_kv) per call, plus S's completion step when the key ends its block
 // (which rereads that block's keys from kv). Keys of a sequence must be appended in position
 // order, starting at 0 or right after a build() of the shorter prefix; the record of a new block
-// is initialised by its slot-0 key. Checks p and kv (O(batch + pages) for a paged source).
+// is initialised by its slot-0 key. Checks p and kv (O(batch + pages) for a paged source); a
+// decode step over a whole batch is cheaper with append_newest().
 template <summarizer S, kv_source Kv>
 [[nodiscard]] status append(const problem& p, const Kv& kv, const append_site& site,
                             std::span<std::byte> workspace) noexcept {
@@ -198,10 +210,46 @@ template <summarizer S, kv_source Kv>
   SKIM_TRY(check_workspace(workspace, workspace_bytes<S>(p)));
   workspace_arena arena(workspace);
   float* scratch = detail::take_scratch<S>(arena, p.head_dim).data();
+  detail::add_key_all_heads<S>(site.records.data() + static_cast<std::int64_t>(block) * p.heads_kv * rf, kv.bind(p), site.seq, site.position,
+                               p, scratch);
+  return status::success();
+}
+
+// Decode step of a whole batch: for every sequence b with keys, adds its newest key (position
+// seq_len_kv(b) - 1) to seq_records[b]; empty sequences are skipped. Same result as append() per
+// sequence, but p and kv are checked once for the batch instead of once per sequence.
+// seq_records: [batch] spans, each as append_site::records for its sequence.
+template <summarizer S, kv_source Kv>
+[[nodiscard]] status append_newest(const problem& p, const Kv& kv, std::span<const std::span<float>> seq_records,
+                                   std::span<std::byte> workspace) noexcept {
+  SKIM_TRY(validate(p));
+  SKIM_TRY(kv.validate(p));
+  if (seq_records.size() != static_cast<std::size_t>(p.batch())) {
+    return status::error(status_code::shape_mismatch, "seq_records has %zu spans, expected batch = %d",
+                         seq_records.size(), p.batch());
+  }
+  const std::int64_t rf = S::record_floats(p.head_dim);
+  for (std::int32_t b = 0; b < p.batch(); ++b) {
+    const std::int32_t n = p.seq_len_kv(b);
+    if (n == 0) continue;
+    const std::int32_t block = (n - 1) / p.block_kv;
+    const std::int64_t needed = (static_cast<std::int64_t>(block) + 1) * p.heads_kv * rf;
+    if (seq_records[b].size() < static_cast<std::size_t>(needed)) {
+      return status::error(status_code::shape_mismatch,
+                           "records of sequence %d has %zu floats, needs %lld for key %d in block %d (%d blocks x "
+                           "%d kv heads x %lld floats)",
+                           b, seq_records[b].size(), static_cast<long long>(needed), n - 1, block, block + 1,
+                           p.heads_kv, static_cast<long long>(rf));
+    }
+  }
+  SKIM_TRY(check_workspace(workspace, workspace_bytes<S>(p)));
+  workspace_arena arena(workspace);
+  float* scratch = detail::take_scratch<S>(arena, p.head_dim).data();
   const Kv bound = kv.bind(p);
-  for (std::int32_t h = 0; h < p.heads_kv; ++h) {
-    float* record = site.records.data() + (static_cast<std::int64_t>(block) * p.heads_kv + h) * rf;
-    detail::add_key<S>(record, bound, site.seq, site.position, h, p.block_kv, p.head_dim, scratch);
+  for (std::int32_t b = 0; b < p.batch(); ++b) {
+    const std::int32_t t = p.seq_len_kv(b) - 1;
+    if (t < 0) continue;
+    detail::add_key_all_heads<S>(seq_records[b].data() + static_cast<std::int64_t>(t / p.block_kv) * p.heads_kv * rf, bound, b, t, p, scratch);
   }
   return status::success();
 }
