@@ -33,7 +33,7 @@ struct workspace_buffer {
 };
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
 }
 
 // A varlen batch: 2..4 sequences, one of them empty, one with a ragged last block (block_kv > 1).
