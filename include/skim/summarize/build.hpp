@@ -1,6 +1,7 @@
 #pragma once
-// Building block summaries: a batch build over a whole K cache (prefill), an append of one new
-// key (decode) and an append of every sequence's newest key (a batch decode step), for any summarizer and any K source (contiguous or paged; fp32, fp16, bf16).
+// Building block summaries, for any summarizer and any K source (contiguous or paged; fp32, fp16,
+// bf16): build() over a whole K cache (prefill), append() of one new key (decode), and
+// append_newest() of every sequence's newest key (a batch decode step).
 //
 // Layout of the summaries, one record of S::record_floats(head_dim) floats per (key block, kv head),
 // meant to sit next to an engine's KV cache:
@@ -15,7 +16,7 @@
 //
 // The entry points add keys through the same per-key step — init at slot 0, append, complete_block
 // after the block's last slot — so a cache summarised by build() and the same cache summarised
-// token by token with append() hold the same bits.
+// token by token with append() or append_newest() hold the same bits.
 //
 // No allocation: the only scratch is S::workspace_floats(head_dim) floats (multi_centroid's Lloyd
 // step; 0 for the others), carved from the caller's workspace of workspace_bytes<S>(p) bytes
