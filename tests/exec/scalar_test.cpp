@@ -37,12 +37,12 @@ comparison scalar_vs_reference(const random_case<TQ, TKV>& c, const Index& index
     attention_args<TQ, decltype(kv), Index, TO> a{
         .prob = p, .q = c.q_view(), .kv = kv, .index = index, .o = ref.view, .lse = ref.lse};
     const status rs = run_executor(exec::reference{}, a);
-    INFO("reference: " << rs.message());
+    INFO("reference: " << std::string(rs.message()));
     REQUIRE(rs.ok());
     a.o = got.view;
     a.lse = got.lse;
     const status ss = run_executor(exec::scalar{}, a);
-    INFO("scalar: " << ss.message());
+    INFO("scalar: " << std::string(ss.message()));
     REQUIRE(ss.ok());
     result = compare(p, got.view, ref.view, std::span<const float>(got.lse), std::span<const float>(ref.lse),
                      output_tolerance<TO>);
