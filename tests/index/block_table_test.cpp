@@ -102,9 +102,11 @@ TEST_CASE("block_table: bad counts and sizes get exact messages") {
   REQUIRE(t.view().validate(p).ok());
 
   index::block_table short_count{t.ids, std::span<const std::int32_t>(t.count).first(5), 4};
-  check_error(short_count.validate(p), status_code::shape_mismatch, "block_table count has 5 entries, problem has 6 rows");
+  check_error(short_count.validate(p), status_code::shape_mismatch,
+              "block_table count has 5 entries, problem has 6 rows");
   index::block_table short_ids{std::span<const std::int32_t>(t.ids).first(23), t.count, 4};
-  check_error(short_ids.validate(p), status_code::shape_mismatch, "block_table ids has 23 entries, needs rows 6 x width 4");
+  check_error(short_ids.validate(p), status_code::shape_mismatch,
+              "block_table ids has 23 entries, needs rows 6 x width 4");
   index::block_table negative_width{t.ids, t.count, -1};
   check_error(negative_width.validate(p), status_code::invalid_argument, "block_table width -1 < 0");
 }

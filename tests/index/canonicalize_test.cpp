@@ -70,7 +70,9 @@ TEST_CASE("canonicalize: block_csr compacts col_idx and rewrites row_ptr, random
     CHECK(c.row_ptr.back() == nnz);
     CHECK(read_rows(p, c.view()) == as_rows(m));
     CHECK(c.view().validate(p).ok());
-    for (std::size_t k = static_cast<std::size_t>(nnz); k < old_nnz; ++k) CHECK(c.col_idx[k] == index::block_table::pad);
+    for (std::size_t k = static_cast<std::size_t>(nnz); k < old_nnz; ++k) {
+      CHECK(c.col_idx[k] == index::block_table::pad);
+    }
     CHECK(c.col_idx.back() == 4242);
   }
 }

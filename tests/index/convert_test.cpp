@@ -126,8 +126,8 @@ TEST_CASE("convert: unions and implicit rules materialise to their sets") {
     // causal_all: every visible block.
     const converted all = convert_to(p, index::causal_all{}, form::csr);
     REQUIRE(for_each_row(p, [&](const row_info& r) {
-              const auto n = all.csr.row_ptr[static_cast<std::size_t>(r.row) + 1] - all.csr.row_ptr[static_cast<std::size_t>(r.row)];
-              CHECK(n == r.visible_blocks);
+              const auto row = static_cast<std::size_t>(r.row);
+              CHECK(all.csr.row_ptr[row + 1] - all.csr.row_ptr[row] == r.visible_blocks);
             }).ok());
   }
 }

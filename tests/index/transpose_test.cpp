@@ -15,7 +15,10 @@ namespace {
 // The kv->q model: for every q row (b, i, h) and id j, query block i joins kv row (off(b) + j) * H + h.
 model transpose_model(const problem& p, const model& m) {
   std::vector<std::int64_t> kv_off(static_cast<std::size_t>(p.batch()) + 1, 0);
-  for (std::int32_t b = 0; b < p.batch(); ++b) kv_off[static_cast<std::size_t>(b) + 1] = kv_off[static_cast<std::size_t>(b)] + p.kv_blocks(b);
+  for (std::int32_t b = 0; b < p.batch(); ++b) {
+    const auto k = static_cast<std::size_t>(b);
+    kv_off[k + 1] = kv_off[k] + p.kv_blocks(b);
+  }
   model t(static_cast<std::size_t>(kv_off.back() * p.index_heads()));
   REQUIRE(for_each_row(p, [&](const row_info& r) {
             for (std::int32_t j : m[static_cast<std::size_t>(r.row)]) {

@@ -22,7 +22,8 @@
 namespace skim::index {
 
 // Sorts and deduplicates each row of t; count shrinks by the duplicates dropped, and every slot
-// past the new count (freed or padding before) holds block_table::pad, as conversions write it. @post on ok, t.validate(p) is ok.
+// past the new count (freed or padding before) holds block_table::pad, as conversions write it.
+// @post on ok, t.validate(p) is ok.
 [[nodiscard]] inline status canonicalize(const problem& p, mutable_block_table t) noexcept {
   SKIM_TRY(t.validate(p, order::any));
   const std::int64_t rows = p.index_rows();

@@ -74,7 +74,7 @@ template <block_index I>
 
   // Pass 1: count row t's entries into row_ptr_out[t + 2] (the last row's count is never needed).
   std::int64_t total = 0;
-  SKIM_TRY(detail::for_each_row_with_kv_base(p, [&](const row_info& r, std::int64_t kv_base) noexcept -> status {
+  const auto count_row = [&](const row_info& r, std::int64_t kv_base) noexcept -> status {
     std::int64_t pos = 0;
     for (auto c = idx.cursor(r); !c.done(); c.next(), ++pos) {
       const auto id = static_cast<std::int32_t>(c.id());
@@ -87,7 +87,8 @@ template <block_index I>
       if (t + 2 <= rows_t) ++row_ptr_out[static_cast<std::size_t>(t) + 2];
     }
     return status::success();
-  }));
+  };
+  if (const status counted = detail::for_each_row_with_kv_base(p, count_row); !counted.ok()) return counted;
   if (static_cast<std::size_t>(total) > col_idx_out.size()) {
     return status::error(status_code::shape_mismatch, "transpose col_idx_out has %zu entries, needs %lld",
                          col_idx_out.size(), static_cast<long long>(total));
