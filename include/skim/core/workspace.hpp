@@ -12,7 +12,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
+#include <utility>
 
 #include "skim/core/status.hpp"
 
@@ -67,6 +69,43 @@ class workspace_arena {
   std::size_t capacity_ = 0;
   std::size_t used_ = 0;
   bool carving_ = false;
+};
+
+// An owning, aligned workspace for callers that do not manage their own scratch memory.
+// It allocates once, when built (never inside an executor's run), and frees on destruction:
+//   skim::workspace_buffer ws(exec.workspace_bytes(p));   // outside the hot path
+//   SKIM_TRY(exec.run(args, ws.span()));                   // as often as needed
+class workspace_buffer {
+ public:
+  workspace_buffer() noexcept = default;
+  explicit workspace_buffer(std::size_t bytes)
+      : data_(bytes == 0 ? nullptr
+                         : static_cast<std::byte*>(::operator new(bytes, std::align_val_t{workspace_alignment}))),
+        size_(bytes) {}
+  workspace_buffer(workspace_buffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  workspace_buffer& operator=(workspace_buffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  workspace_buffer(const workspace_buffer&) = delete;
+  workspace_buffer& operator=(const workspace_buffer&) = delete;
+  ~workspace_buffer() { release(); }
+
+  [[nodiscard]] std::span<std::byte> span() const noexcept { return {data_, size_}; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  void release() noexcept {
+    if (data_ != nullptr) ::operator delete(data_, std::align_val_t{workspace_alignment});
+    data_ = nullptr;
+  }
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 }  // namespace skim
