@@ -13,6 +13,7 @@
 #include "skim/summarize/mean_pool.hpp"
 #include "skim/summarize/multi_centroid.hpp"
 #include "skim/summarize/probe_max.hpp"
+#include "skim/core/workspace.hpp"
 #include "summarize/summarize_testing.hpp"
 
 using namespace skim;
@@ -20,17 +21,6 @@ using namespace summarize_test;
 namespace sm = skim::summarize;
 
 namespace {
-
-// A workspace span aligned to workspace_alignment, owned by a vector.
-struct workspace_buffer {
-  std::vector<std::byte> storage;
-  std::span<std::byte> span;
-  explicit workspace_buffer(std::size_t bytes) : storage(bytes + workspace_alignment) {
-    auto addr = reinterpret_cast<std::uintptr_t>(storage.data());
-    const std::size_t pad = (workspace_alignment - addr % workspace_alignment) % workspace_alignment;
-    span = std::span<std::byte>(storage.data() + pad, bytes);
-  }
-};
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
@@ -112,7 +102,7 @@ void check_build_and_append(std::mt19937& rng, const problem& p, const Kv& kv, c
 
   std::vector<float> built = random_values(rng, n + 3);  // 3 floats past the layout stay untouched
   const std::vector<float> tail(built.end() - 3, built.end());
-  const status s = sm::build<S>(p, kv, built, ws.span);
+  const status s = sm::build<S>(p, kv, built, ws.span());
   REQUIRE_MESSAGE(s.ok(), s.message());
   CHECK(same_bits(std::span(built).subspan(n), tail));
 
@@ -123,7 +113,7 @@ void check_build_and_append(std::mt19937& rng, const problem& p, const Kv& kv, c
     for (std::int32_t b = 0; b < p.batch(); ++b) {
       if (t >= p.seq_len_kv(b)) continue;
       const auto seq_records = std::span(appended).subspan(l.sequence_offset(b), l.sequence_floats(b));
-      const status a = sm::append<S>(p, kv, {.seq = b, .position = t, .records = seq_records}, ws.span);
+      const status a = sm::append<S>(p, kv, {.seq = b, .position = t, .records = seq_records}, ws.span());
       REQUIRE_MESSAGE(a.ok(), a.message());
     }
   }
@@ -263,10 +253,10 @@ TEST_CASE("summarize::append resumes a build of a shorter prefix") {
     workspace_buffer ws(sm::workspace_bytes<S>(p));
     const std::size_t size = static_cast<std::size_t>(sm::make_summary_layout<S>(p).floats());
     std::vector<float> full(size), resumed = random_values(rng, size);
-    REQUIRE(sm::build<S>(p, contiguous_kv<float>{.k = k, .v = k}, full, ws.span).ok());
-    REQUIRE(sm::build<S>(p0, contiguous_kv<float>{.k = k0, .v = k0}, resumed, ws.span).ok());
+    REQUIRE(sm::build<S>(p, contiguous_kv<float>{.k = k, .v = k}, full, ws.span()).ok());
+    REQUIRE(sm::build<S>(p0, contiguous_kv<float>{.k = k0, .v = k0}, resumed, ws.span()).ok());
     for (std::int32_t t = n0; t < n; ++t) {
-      REQUIRE(sm::append<S>(p, contiguous_kv<float>{.k = k, .v = k}, {.seq = 0, .position = t, .records = resumed}, ws.span).ok());
+      REQUIRE(sm::append<S>(p, contiguous_kv<float>{.k = k, .v = k}, {.seq = 0, .position = t, .records = resumed}, ws.span()).ok());
     }
     CHECK(same_bits(full, resumed));
   }
@@ -293,7 +283,7 @@ TEST_CASE("summarize::build and append report bad input with the value and its p
   s = sm::build<sm::multi_centroid<3>>(p, f.kv(), mc_records, {});
   CHECK(s.code() == status_code::workspace_too_small);
   CHECK(std::string_view(s.message()) == "workspace has 0 bytes, needs 60");
-  CHECK(sm::build<sm::multi_centroid<3>>(p, f.kv(), mc_records, ws.span).ok());
+  CHECK(sm::build<sm::multi_centroid<3>>(p, f.kv(), mc_records, ws.span()).ok());
 
   auto short_k = f.kv();
   short_k.k.tokens = 13;
@@ -358,14 +348,14 @@ TEST_CASE("summarize::append_newest grows every sequence of a paged batch by one
 
     const sm::summary_layout lf = sm::make_summary_layout<S>(final_p);
     std::vector<float> want(static_cast<std::size_t>(lf.floats()));
-    REQUIRE(sm::build<S>(final_p, paged.kv(final_p), want, ws.span).ok());
+    REQUIRE(sm::build<S>(final_p, paged.kv(final_p), want, ws.span()).ok());
 
     // The engine's per-sequence record spans, filled from a build of the prefixes.
     const problem prefix_p = c.get();
     const sm::summary_layout lp = sm::make_summary_layout<S>(prefix_p);
     std::vector<float> prefix_records(static_cast<std::size_t>(lp.floats()));
     // The final page table covers every prefix too (a sequence may hold more pages than it needs).
-    REQUIRE(sm::build<S>(prefix_p, paged.kv(prefix_p), prefix_records, ws.span).ok());
+    REQUIRE(sm::build<S>(prefix_p, paged.kv(prefix_p), prefix_records, ws.span()).ok());
     std::vector<std::vector<float>> own(batch);
     std::vector<std::span<float>> spans(batch);
     for (std::int32_t b = 0; b < batch; ++b) {
@@ -379,7 +369,7 @@ TEST_CASE("summarize::append_newest grows every sequence of a paged batch by one
       for (std::int32_t b = 0; b < batch; ++b) ck.push_back(ck.back() + (b == empty ? 0 : prefix[b] + s));
       problem step_p = c.get();
       step_p.cu_seqlens_kv = ck;
-      const status a = sm::append_newest<S>(step_p, paged.kv(step_p), spans, ws.span);
+      const status a = sm::append_newest<S>(step_p, paged.kv(step_p), spans, ws.span());
       REQUIRE_MESSAGE(a.ok(), a.message());
     }
     for (std::int32_t b = 0; b < batch; ++b) {
@@ -389,7 +379,7 @@ TEST_CASE("summarize::append_newest grows every sequence of a paged batch by one
 
     std::vector<std::span<float>> short_spans = spans;
     short_spans.pop_back();
-    const status bad = sm::append_newest<S>(final_p, paged.kv(final_p), short_spans, ws.span);
+    const status bad = sm::append_newest<S>(final_p, paged.kv(final_p), short_spans, ws.span());
     CHECK(bad.code() == status_code::shape_mismatch);
     CHECK(std::string_view(bad.message()) ==
           "seq_records has " + std::to_string(batch - 1) + " spans, expected batch = " + std::to_string(batch));

@@ -26,9 +26,10 @@ struct basic_block_csr {
   std::span<T> row_ptr;  // [rows + 1], row_ptr[0] == 0, non-decreasing, row_ptr[rows] <= col_idx.size()
   std::span<T> col_idx;  // [nnz] (or more: capacity)
 
-  [[nodiscard]] constexpr operator basic_block_csr<const std::int32_t>() const noexcept
-    requires(!std::is_const_v<T>)
-  {
+  // (A template, so that the read-only instantiation does not declare a conversion to itself.)
+  template <class U = T>
+    requires(!std::is_const_v<U>)
+  [[nodiscard]] constexpr operator basic_block_csr<const std::int32_t>() const noexcept {
     return {row_ptr, col_idx};
   }
 

@@ -29,9 +29,10 @@ struct basic_block_table {
   std::int32_t width = 0;
 
   // A mutable table converts to the read-only one.
-  [[nodiscard]] constexpr operator basic_block_table<const std::int32_t>() const noexcept
-    requires(!std::is_const_v<T>)
-  {
+  // (A template, so that the read-only instantiation does not declare a conversion to itself.)
+  template <class U = T>
+    requires(!std::is_const_v<U>)
+  [[nodiscard]] constexpr operator basic_block_table<const std::int32_t>() const noexcept {
     return {ids, count, width};
   }
 

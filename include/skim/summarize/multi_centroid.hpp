@@ -24,7 +24,7 @@
 #include <cstdint>
 
 #include "skim/concepts/summarizer.hpp"
-#include "skim/summarize/dot.hpp"
+#include "skim/detail/dot.hpp"
 
 namespace skim::summarize {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Small arithmetic shared by the summarizers (private to skim::summarize).
+// Small arithmetic shared by the summarizers (private: skim::summarize::detail).
 //
 // Dot products run in fp32 over i = 0, 1, ..., head_dim - 1 in that order. The order is part of
 // the contract: max_bound's score is an upper bound of every key's q·k computed in this order,

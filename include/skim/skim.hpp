@@ -1,0 +1,40 @@
+#pragma once
+// skim — header-only sparse-attention primitives. The umbrella header for host code; include
+// single headers instead to keep compile times down. skim/cuda.cuh adds the CUDA parts.
+//
+// Stages (DESIGN.md §1): summarize -> score -> select -> describe (index) -> execute.
+
+#include "skim/config.hpp"
+
+#include "skim/core/attention_args.hpp"
+#include "skim/core/dtypes.hpp"
+#include "skim/core/problem.hpp"
+#include "skim/core/softmax_state.hpp"
+#include "skim/core/status.hpp"
+#include "skim/core/views.hpp"
+#include "skim/core/workspace.hpp"
+
+#include "skim/concepts/block_index.hpp"
+#include "skim/concepts/executor.hpp"
+#include "skim/concepts/summarizer.hpp"
+
+#include "skim/index/block_csr.hpp"
+#include "skim/index/block_table.hpp"
+#include "skim/index/block_union.hpp"
+#include "skim/index/canonicalize.hpp"
+#include "skim/index/causal_all.hpp"
+#include "skim/index/convert.hpp"
+#include "skim/index/dense_block_mask.hpp"
+#include "skim/index/order.hpp"
+#include "skim/index/sink.hpp"
+#include "skim/index/sliding_window.hpp"
+#include "skim/index/transpose.hpp"
+
+#include "skim/summarize/build.hpp"
+#include "skim/summarize/max_bound.hpp"
+#include "skim/summarize/mean_pool.hpp"
+#include "skim/summarize/multi_centroid.hpp"
+#include "skim/summarize/probe_max.hpp"
+
+#include "skim/exec/cpu/reference.hpp"
+#include "skim/exec/cpu/scalar.hpp"
