@@ -1,0 +1,311 @@
+#pragma once
+// pooled_router: scores every key block of an index row from its summary, for a pooled query of the
+// row's query block, reduced over the GQA group, in logit units (DESIGN.md §3 "Routers").
+//
+// For row r (sequence b, query block i, index head h) and key block j < r.visible_blocks:
+//
+//   score[j] = scale · reduce_{query heads g of the row} pool_{queries t of the block} S::score(record(j), q_{t,g})
+//
+// where record(j) is the summary of block j for the row's kv head, scale is problem::scale() (so a
+// selector may treat scores as logits: a probability-mass threshold needs that), and
+//  - query_pool picks which query vectors are scored (the queries t in [r.q_begin, r.q_end)):
+//      last  the block's last query: under causality it sees the most keys (every visible block);
+//      mean  the mean query vector (fp32, summed in token order, divided by the count); every query of
+//            the block is pooled, whatever it can see;
+//      max   the max over the block's queries of each query's own score: bq times the scoring work of
+//            last/mean (and bq·heads·head_dim floats of scratch), the best recall of the three. A query
+//            pools only the blocks it can see a key of (under causality a block on the diagonal is not
+//            scored for the queries before its first key), so a future key never lifts a block's score
+//            through a query that cannot read it; the row's last query sees every visible block, so
+//            each visible block has at least one score;
+//  - group_reduce combines the query heads of the row: for a kv-head row (index_scope::kv_head, the
+//    default) the group_size() query heads that read the kv head; for a query-head row the one query
+//    head (every reduce is then the identity):
+//      max   the best head's score (any head that wants the block keeps it);
+//      mean  the heads' mean;
+//      sum   the heads' sum (mean · group_size: the same order, logits group_size times larger).
+//
+// Blocks j >= r.visible_blocks (the causal future: no query of the block sees a key of them) score
+// -inf, and so does every entry of the output past r.kv_blocks: a row writes a span of any width
+// >= r.kv_blocks completely. The causal diagonal block is visible, hence a candidate; its score is
+// whatever the summary says about all of its keys. Under mask_kind::none every block is visible.
+// A block whose record holds no key (a stale summary) scores -inf whatever the scale.
+//
+// Cost per row: visible_blocks · heads · (1 for last/mean, bq for max) calls of S::score (O(head_dim)
+// each for mean_pool and max_bound), plus pooling the block's queries once (converted to fp32 from
+// TQ = float, half or bfloat16). The records of the row's kv head are read once per block.
+//
+// Entry points (no allocation; scratch is the pooled query vectors, from the caller's workspace of
+// workspace_bytes(problem) bytes, aligned to workspace_alignment):
+//  - score_row(): one row, the work item an engine's thread pool runs (one workspace per thread);
+//  - score(): every row of the problem into scores [index_rows, max_kv_blocks], row-major.
+// The softmax scale must be positive: summaries estimate the largest q·k, which is the largest
+// logit only when the scale is (can_implement() says unsupported otherwise).
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string_view>
+
+#include "skim/concepts/router.hpp"
+#include "skim/concepts/summarizer.hpp"
+#include "skim/core/dtypes.hpp"
+#include "skim/core/problem.hpp"
+#include "skim/core/status.hpp"
+#include "skim/core/views.hpp"
+#include "skim/core/workspace.hpp"
+#include "skim/summarize/build.hpp"
+#include "skim/summarize/max_bound.hpp"
+#include "skim/summarize/mean_pool.hpp"
+
+namespace skim::route {
+
+// Which query vectors of a query block are scored (see the header comment).
+enum class query_pool : std::uint8_t { last, mean, max };
+
+// How the scores of a row's query heads are combined (see the header comment).
+enum class group_reduce : std::uint8_t { max, mean, sum };
+
+[[nodiscard]] constexpr std::string_view to_string(query_pool x) noexcept {
+  switch (x) {
+    case query_pool::last: return "last";
+    case query_pool::mean: return "mean";
+    case query_pool::max: return "max";
+  }
+  return "unknown";
+}
+
+[[nodiscard]] constexpr std::string_view to_string(group_reduce x) noexcept {
+  switch (x) {
+    case group_reduce::max: return "max";
+    case group_reduce::mean: return "mean";
+    case group_reduce::sum: return "sum";
+  }
+  return "unknown";
+}
+
+namespace detail {
+
+inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+// Checks that a caller's row_info is the row make_row_info gives for its (seq, q_block, head): the
+// scoring trusts its geometry (query range, visible blocks) to stay inside Q and the records.
+[[nodiscard]] inline status check_row(const problem& p, const row_info& r) noexcept {
+  if (r.seq < 0 || r.seq >= p.batch()) {
+    return status::error(status_code::invalid_argument, "row %lld: sequence %d out of [0, %d)",
+                         static_cast<long long>(r.row), r.seq, p.batch());
+  }
+  if (r.q_block < 0 || r.q_block >= p.q_blocks(r.seq)) {
+    return status::error(status_code::invalid_argument, "row %lld: query block %d out of [0, %d) of sequence %d",
+                         static_cast<long long>(r.row), r.q_block, p.q_blocks(r.seq), r.seq);
+  }
+  if (r.head < 0 || r.head >= p.index_heads()) {
+    return status::error(status_code::invalid_argument, "row %lld: index head %d out of [0, %d)",
+                         static_cast<long long>(r.row), r.head, p.index_heads());
+  }
+  const row_info e = make_row_info(p, 0, r.seq, r.q_block, r.head);
+  if (r.q_begin != e.q_begin || r.q_end != e.q_end || r.kv_len != e.kv_len || r.kv_blocks != e.kv_blocks ||
+      r.visible_blocks != e.visible_blocks || r.full_blocks != e.full_blocks || r.causal_offset != e.causal_offset) {
+    return status::error(status_code::invalid_argument,
+                         "row %lld: geometry (queries [%d, %d), %d visible of %d kv blocks) differs from "
+                         "make_row_info's ([%d, %d), %d of %d)",
+                         static_cast<long long>(r.row), r.q_begin, r.q_end, r.visible_blocks, r.kv_blocks, e.q_begin,
+                         e.q_end, e.visible_blocks, e.kv_blocks);
+  }
+  return status::success();
+}
+
+}  // namespace detail
+
+struct pooled_router {
+  query_pool pool = query_pool::last;
+  group_reduce reduce = group_reduce::max;
+
+  // Query heads one index row scores: the GQA group for a kv-head row, one for a query-head row.
+  // @pre validate(p) is ok.
+  [[nodiscard]] static constexpr std::int32_t heads_per_row(const problem& p) noexcept {
+    return p.scope == index_scope::kv_head ? p.group_size() : 1;
+  }
+
+  // Scratch: [heads_per_row, vectors per head (block_q for max, else 1), head_dim] pooled fp32 queries.
+  [[nodiscard]] std::size_t workspace_bytes(const problem& p) const noexcept {
+    workspace_arena measure;
+    (void)take_queries(measure, p);
+    return measure.bytes();
+  }
+
+  [[nodiscard]] status can_implement(const problem& p) const noexcept {
+    if (to_string(pool) == "unknown") {
+      return status::error(status_code::invalid_argument, "query_pool %d is not last, mean or max",
+                           static_cast<int>(pool));
+    }
+    if (to_string(reduce) == "unknown") {
+      return status::error(status_code::invalid_argument, "group_reduce %d is not max, mean or sum",
+                           static_cast<int>(reduce));
+    }
+    if (p.softmax_scale < 0.0f) {
+      return status::error(status_code::unsupported,
+                           "softmax_scale %g < 0: summaries estimate the largest q.k, the largest logit only "
+                           "for a positive scale",
+                           static_cast<double>(p.softmax_scale));
+    }
+    return status::success();
+  }
+
+  // Scores one index row. r must be the row make_row_info(p, ...) gives (checked: O(1)); p is
+  // validated (O(batch)), so scoring every row is cheaper with score().
+  // q: [tokens_q, heads_q, head_dim]. seq_records: [kv_blocks(r.seq), heads_kv, record_floats], the
+  // records of the row's sequence (the batch layout from summary_layout::sequence_offset(r.seq), or an
+  // engine's own per-sequence span). scores: [>= r.kv_blocks], every entry written (see the header).
+  template <summarizer S, element TQ>
+  [[nodiscard]] status score_row(const problem& p, const row_info& r, strided_view<const TQ> q,
+                                 std::span<const float> seq_records, std::span<float> scores,
+                                 std::span<std::byte> workspace) const noexcept {
+    SKIM_TRY(validate(p));
+    SKIM_TRY(can_implement(p));
+    SKIM_TRY(check_view(q, p.tokens_q(), p.heads_q, p.head_dim, "Q"));
+    SKIM_TRY(detail::check_row(p, r));
+    const std::int64_t rf = S::record_floats(p.head_dim);
+    const std::int64_t needed = static_cast<std::int64_t>(r.kv_blocks) * p.heads_kv * rf;
+    if (seq_records.size() < static_cast<std::size_t>(needed)) {
+      return status::error(status_code::shape_mismatch,
+                           "records of sequence %d has %zu floats, needs %lld (%d kv blocks x %d kv heads x %lld "
+                           "floats) for row %lld",
+                           r.seq, seq_records.size(), static_cast<long long>(needed), r.kv_blocks, p.heads_kv,
+                           static_cast<long long>(rf), static_cast<long long>(r.row));
+    }
+    if (scores.size() < static_cast<std::size_t>(r.kv_blocks)) {
+      return status::error(status_code::shape_mismatch, "scores of row %lld has %zu floats, needs kv blocks %d",
+                           static_cast<long long>(r.row), scores.size(), r.kv_blocks);
+    }
+    SKIM_TRY(check_workspace(workspace, workspace_bytes(p)));
+    workspace_arena arena(workspace);
+    score_unchecked<S>(p, r, q, seq_records.data(), scores, take_queries(arena, p).data());
+    return status::success();
+  }
+
+  // Scores every index row of p, row by row in index order.
+  // q: [tokens_q, heads_q, head_dim]. records: [total_kv_blocks, heads_kv, record_floats] as
+  // summarize::build writes them (floats past that are not read).
+  // scores: [index_rows, max_kv_blocks] row-major (floats past that are left alone); row r's entries
+  // past its visible blocks, padding included, are -inf.
+  template <summarizer S, element TQ>
+  [[nodiscard]] status score(const problem& p, strided_view<const TQ> q, std::span<const float> records,
+                             std::span<float> scores, std::span<std::byte> workspace) const noexcept {
+    SKIM_TRY(validate(p));
+    SKIM_TRY(can_implement(p));
+    SKIM_TRY(check_view(q, p.tokens_q(), p.heads_q, p.head_dim, "Q"));
+    const summarize::summary_layout l = summarize::make_summary_layout<S>(p);
+    if (records.size() < static_cast<std::size_t>(l.floats())) {
+      return status::error(status_code::shape_mismatch,
+                           "records has %zu floats, needs %lld (%lld kv blocks x %d kv heads x %lld floats)",
+                           records.size(), static_cast<long long>(l.floats()),
+                           static_cast<long long>(l.total_kv_blocks), l.heads_kv,
+                           static_cast<long long>(l.record_floats));
+    }
+    const std::int64_t rows = p.index_rows();
+    const std::int32_t width = p.max_kv_blocks();
+    if (scores.size() < static_cast<std::size_t>(rows * width)) {
+      return status::error(status_code::shape_mismatch,
+                           "scores has %zu floats, needs %lld (%lld index rows x %d max kv blocks)", scores.size(),
+                           static_cast<long long>(rows * width), static_cast<long long>(rows), width);
+    }
+    SKIM_TRY(check_workspace(workspace, workspace_bytes(p)));
+    workspace_arena arena(workspace);
+    float* queries = take_queries(arena, p).data();
+    std::int64_t row_base = 0;     // q_block_offset(b)
+    std::int64_t first_block = 0;  // kv_block_offset(b)
+    for (std::int32_t b = 0; b < p.batch(); ++b) {
+      const float* seq_records = records.data() + first_block * l.block_floats();
+      const std::int32_t nqb = p.q_blocks(b);
+      for (std::int32_t i = 0; i < nqb; ++i) {
+        for (std::int32_t h = 0; h < p.index_heads(); ++h) {
+          const row_info r = make_row_info(p, row_base, b, i, h);
+          score_unchecked<S>(p, r, q, seq_records, scores.subspan(static_cast<std::size_t>(r.row * width), width),
+                             queries);
+        }
+      }
+      row_base += nqb;
+      first_block += p.kv_blocks(b);
+    }
+    return status::success();
+  }
+
+ private:
+  [[nodiscard]] std::span<float> take_queries(workspace_arena& arena, const problem& p) const noexcept {
+    // Any value will do for a problem validate() rejects, as long as computing it is safe.
+    if (p.heads_q <= 0 || p.heads_kv <= 0 || p.head_dim <= 0 || p.block_q <= 0) return arena.take<float>(0);
+    const std::size_t heads = p.scope == index_scope::kv_head ? static_cast<std::size_t>(p.heads_q / p.heads_kv) : 1;
+    const std::size_t vectors = pool == query_pool::max ? static_cast<std::size_t>(p.block_q) : 1;
+    return arena.take<float>(heads * vectors * static_cast<std::size_t>(p.head_dim));
+  }
+
+  // @pre everything score_row checks; queries is the take_queries span.
+  template <summarizer S, element TQ>
+  void score_unchecked(const problem& p, const row_info& r, const strided_view<const TQ>& q,
+                       const float* seq_records, std::span<float> scores, float* queries) const noexcept {
+    const std::int32_t d = p.head_dim;
+    const std::int32_t heads = heads_per_row(p);
+    const std::int32_t first_head = p.scope == index_scope::kv_head ? r.head * heads : r.head;  // query head
+    const std::int32_t kv_head = p.scope == index_scope::kv_head ? r.head : r.head / p.group_size();
+    const std::int64_t token0 = p.cu_seqlens_q[r.seq];
+    const std::int32_t n_q = r.q_end - r.q_begin;  // >= 1 for a valid row
+    const std::int32_t vectors = pool == query_pool::max ? n_q : 1;
+
+    // 1. Pool: queries [heads, vectors, d], fp32.
+    for (std::int32_t g = 0; g < heads; ++g) {
+      float* dst = queries + static_cast<std::int64_t>(g) * vectors * d;
+      if (pool == query_pool::mean) {
+        for (std::int32_t k = 0; k < d; ++k) dst[k] = 0.0f;
+        for (std::int32_t t = r.q_begin; t < r.q_end; ++t) {
+          const TQ* src = q.row(token0 + t, first_head + g);
+          for (std::int32_t k = 0; k < d; ++k) dst[k] += to_float(src[k]);
+        }
+        const float count = static_cast<float>(n_q);
+        for (std::int32_t k = 0; k < d; ++k) dst[k] /= count;
+      } else {
+        const std::int32_t t_first = pool == query_pool::last ? r.q_end - 1 : r.q_begin;
+        for (std::int32_t v = 0; v < vectors; ++v) {
+          const TQ* src = q.row(token0 + t_first + v, first_head + g);
+          for (std::int32_t k = 0; k < d; ++k) dst[static_cast<std::int64_t>(v) * d + k] = to_float(src[k]);
+        }
+      }
+    }
+
+    // 2. Score the visible blocks; -inf for the rest of the span.
+    const std::int64_t rf = S::record_floats(d);
+    const std::int64_t block_stride = static_cast<std::int64_t>(p.heads_kv) * rf;
+    const float scale = p.scale();
+    for (std::int32_t j = 0; j < r.visible_blocks; ++j) {
+      const float* record = seq_records + j * block_stride + kv_head * rf;
+      // With max pooling, query t scores block j only if it sees one of its keys: t + offset + 1 > j·bk.
+      std::int32_t v_first = 0;
+      if (pool == query_pool::max && p.mask == mask_kind::causal) {
+        const std::int64_t t = static_cast<std::int64_t>(j) * p.block_kv - r.causal_offset;  // first query seeing j
+        v_first = t > r.q_begin ? static_cast<std::int32_t>(t - r.q_begin) : 0;
+      }
+      float acc = reduce == group_reduce::max ? detail::neg_inf : 0.0f;
+      for (std::int32_t g = 0; g < heads; ++g) {
+        const float* head_queries = queries + static_cast<std::int64_t>(g) * vectors * d;
+        float s = detail::neg_inf;
+        for (std::int32_t v = v_first; v < vectors; ++v) {
+          const float x = S::score(record, head_queries + static_cast<std::int64_t>(v) * d, d);
+          s = x > s ? x : s;
+        }
+        if (reduce == group_reduce::max) {
+          acc = s > acc ? s : acc;
+        } else {
+          acc += s;
+        }
+      }
+      if (reduce == group_reduce::mean) acc /= static_cast<float>(heads);
+      scores[j] = acc == detail::neg_inf ? detail::neg_inf : acc * scale;  // an empty record stays -inf
+    }
+    for (std::size_t j = static_cast<std::size_t>(r.visible_blocks); j < scores.size(); ++j) scores[j] = detail::neg_inf;
+  }
+};
+static_assert(router<pooled_router, summarize::mean_pool>);
+static_assert(router<pooled_router, summarize::max_bound>);
+
+}  // namespace skim::route
