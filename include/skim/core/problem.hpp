@@ -73,12 +73,23 @@ struct problem {
   [[nodiscard]] constexpr std::int32_t kv_blocks(std::int32_t b) const noexcept {
     return (seq_len_kv(b) + block_kv - 1) / block_kv;
   }
-  // Total query blocks over the batch (the number of index rows per index head).
-  [[nodiscard]] constexpr std::int64_t total_q_blocks() const noexcept {
+  // First query block of sequence b in the batch-wide numbering: Σ_{s<b} q_blocks(s). O(b).
+  [[nodiscard]] constexpr std::int64_t q_block_offset(std::int32_t b) const noexcept {
     std::int64_t n = 0;
-    for (std::int32_t b = 0; b < batch(); ++b) n += q_blocks(b);
+    for (std::int32_t s = 0; s < b; ++s) n += q_blocks(s);
     return n;
   }
+  // First key block of sequence b in the batch-wide numbering: Σ_{s<b} kv_blocks(s). O(b).
+  // Summaries and transposed indices number key blocks this way.
+  [[nodiscard]] constexpr std::int64_t kv_block_offset(std::int32_t b) const noexcept {
+    std::int64_t n = 0;
+    for (std::int32_t s = 0; s < b; ++s) n += kv_blocks(s);
+    return n;
+  }
+  // Total query blocks over the batch (the number of index rows per index head).
+  [[nodiscard]] constexpr std::int64_t total_q_blocks() const noexcept { return q_block_offset(batch()); }
+  // Total key blocks over the batch.
+  [[nodiscard]] constexpr std::int64_t total_kv_blocks() const noexcept { return kv_block_offset(batch()); }
   [[nodiscard]] constexpr std::int64_t index_rows() const noexcept {
     return total_q_blocks() * index_heads();
   }

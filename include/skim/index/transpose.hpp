@@ -22,16 +22,14 @@
 
 namespace skim::index {
 
-// First kv block of sequence b in the batch-wide kv block numbering. O(b).
+// First kv block of sequence b in the batch-wide kv block numbering (problem::kv_block_offset). O(b).
 [[nodiscard]] constexpr std::int64_t kv_block_offset(const problem& p, std::int32_t b) noexcept {
-  std::int64_t n = 0;
-  for (std::int32_t s = 0; s < b; ++s) n += p.kv_blocks(s);
-  return n;
+  return p.kv_block_offset(b);
 }
 
 // Rows of the transposed index: total kv blocks over the batch x index heads.
 [[nodiscard]] constexpr std::int64_t transposed_rows(const problem& p) noexcept {
-  return kv_block_offset(p, p.batch()) * p.index_heads();
+  return p.total_kv_blocks() * p.index_heads();
 }
 
 namespace detail {
