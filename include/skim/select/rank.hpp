@@ -1,0 +1,113 @@
+#pragma once
+// Helpers shared by the selectors (skim::select::detail): the ranking order, the input checks of
+// row_scores, candidate lists and sorted merges. Not a policy; include a selector instead.
+//
+// The ranking order is (key descending, id ascending) with key = score, NaN read as -inf. It is a
+// strict total order on distinct ids (two equal keys, -0 and +0 included, fall back to the id), so
+// "the k best" is one well-defined set whatever algorithm finds it: nth_element may visit blocks
+// in any order and still return the same set, which is then sorted by id.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include "skim/concepts/selector.hpp"
+#include "skim/core/problem.hpp"
+#include "skim/core/status.hpp"
+
+namespace skim::select::detail {
+
+inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+inline constexpr float pos_inf = std::numeric_limits<float>::infinity();
+
+// A score as the ranking reads it: NaN is -inf (documented in concepts/selector.hpp).
+[[nodiscard]] inline float key(float score) noexcept { return std::isnan(score) ? neg_inf : score; }
+
+// Strict weak (in fact total) order "a ranks before b" over block ids by their keys.
+struct ranks_before {
+  const float* keys;  // [> every id compared]
+  [[nodiscard]] bool operator()(std::int32_t a, std::int32_t b) const noexcept {
+    const float ka = key(keys[a]);
+    const float kb = key(keys[b]);
+    return ka > kb || (ka == kb && a < b);
+  }
+};
+
+// Checks the spans of one row's input against its geometry.
+[[nodiscard]] inline status check_row_input(const row_scores& in) noexcept {
+  const auto row = static_cast<long long>(in.row.row);
+  const std::int32_t v = in.row.visible_blocks;
+  if (v < 0) return status::error(status_code::invalid_argument, "visible blocks %d < 0 in row %lld", v, row);
+  if (in.scores.size() < static_cast<std::size_t>(v)) {
+    return status::error(status_code::shape_mismatch, "scores has %zu entries < visible blocks %d in row %lld",
+                         in.scores.size(), v, row);
+  }
+  if (!in.prior.empty() && in.prior.size() < static_cast<std::size_t>(v)) {
+    return status::error(status_code::shape_mismatch, "prior has %zu entries < visible blocks %d in row %lld",
+                         in.prior.size(), v, row);
+  }
+  if (in.budget_used < 0) {
+    return status::error(status_code::invalid_argument, "budget_used %d < 0 in row %lld", in.budget_used, row);
+  }
+  for (std::size_t i = 0; i < in.exclude.size(); ++i) {
+    const std::int32_t id = in.exclude[i];
+    if (id < 0 || id >= v) {
+      return status::error(status_code::invalid_argument, "exclude id %d outside [0, %d) in row %lld (position %zu)",
+                           id, v, row, i);
+    }
+    if (i > 0 && id <= in.exclude[i - 1]) {
+      return status::error(status_code::invalid_argument,
+                           "exclude ids not strictly ascending in row %lld: %d at position %zu after %d", row, id, i,
+                           in.exclude[i - 1]);
+    }
+  }
+  return status::success();
+}
+
+// Writes the ids of [0, visible) not in `exclude` (sorted) to out, ascending; returns how many.
+// @pre out.size() >= visible - exclude.size(); exclude sorted unique in [0, visible).
+[[nodiscard]] inline std::int32_t gather_candidates(std::int32_t visible, std::span<const std::int32_t> exclude,
+                                                    std::span<std::int32_t> out) noexcept {
+  std::int32_t n = 0;
+  std::size_t e = 0;
+  for (std::int32_t id = 0; id < visible; ++id) {
+    if (e < exclude.size() && exclude[e] == id) {
+      ++e;
+      continue;
+    }
+    out[static_cast<std::size_t>(n++)] = id;
+  }
+  return n;
+}
+
+// Moves the k best of ids (by ranks_before over keys) to ids[0, k), sorted by id ascending.
+// @pre 0 <= k <= ids.size(). O(n) on average (nth_element) plus O(k log k).
+inline void keep_best(std::span<const float> keys, std::span<std::int32_t> ids, std::size_t k) noexcept {
+  if (k < ids.size()) std::nth_element(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                                       ranks_before{keys.data()});
+  std::sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k));
+}
+
+// The status select_row returns when out cannot hold the `needed` ids of its row (concept req. 5).
+[[nodiscard]] inline status out_too_small(const row_info& r, std::int32_t needed, std::size_t room) noexcept {
+  return status::error(status_code::shape_mismatch, "row %lld selects %d blocks, out has room for %zu",
+                       static_cast<long long>(r.row), needed, room);
+}
+
+// Merges the disjoint ascending ids a[0, na) and b into a[0, na + b.size()), from the back.
+// @pre a.size() >= na + b.size().
+inline void merge_into(std::span<std::int32_t> a, std::size_t na, std::span<const std::int32_t> b) noexcept {
+  std::size_t i = na, j = b.size(), o = na + b.size();
+  while (j > 0) {
+    if (i > 0 && a[i - 1] > b[j - 1]) {
+      a[--o] = a[--i];
+    } else {
+      a[--o] = b[--j];
+    }
+  }
+}
+
+}  // namespace skim::select::detail
