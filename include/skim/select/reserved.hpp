@@ -74,7 +74,7 @@ struct reserved {
     SKIM_TRY(validate());
     SKIM_TRY(detail::check_row_input(in));
     const std::int32_t v = in.row.visible_blocks;
-    if (importance > 0.0f && in.prior.empty()) {
+    if (importance > 0.0f && in.prior.empty() && v > 0) {  // a row with no block needs no prior
       return status::error(status_code::invalid_argument, "reserved importance %g needs a prior; none given for row %lld",
                            static_cast<double>(importance), static_cast<long long>(in.row.row));
     }

@@ -51,28 +51,29 @@ template <selector S>
 
 namespace detail {
 
-[[nodiscard]] inline status check_rows(const char* name, std::span<const float> values, std::int64_t stride,
-                                       const problem& p) noexcept {
+// Checks one [index_rows, stride] input: its stride covers every row's blocks, its span every row.
+[[nodiscard]] inline status check_rows(const char* name, const char* stride_name, std::span<const float> values,
+                                       std::int64_t stride, const problem& p) noexcept {
   const std::int64_t rows = p.index_rows();
   if (stride < p.max_kv_blocks()) {
-    return status::error(status_code::shape_mismatch, "%s_stride %lld < max kv blocks %d", name,
+    return status::error(status_code::shape_mismatch, "%s %lld < max kv blocks %d", stride_name,
                          static_cast<long long>(stride), p.max_kv_blocks());
   }
   if (static_cast<std::uint64_t>(values.size()) < static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(stride)) {
-    return status::error(status_code::shape_mismatch, "%s has %zu entries < index rows %lld x %s_stride %lld", name,
-                         values.size(), static_cast<long long>(rows), name, static_cast<long long>(stride));
+    return status::error(status_code::shape_mismatch, "%s has %zu entries < index rows %lld x %s %lld", name,
+                         values.size(), static_cast<long long>(rows), stride_name, static_cast<long long>(stride));
   }
   return status::success();
 }
 
-// Checks everything select_all reads before it writes anything, and returns the row input maker.
+// Checks everything select_all reads (but the output) before it writes anything.
 template <selector S>
 [[nodiscard]] status check_select_all(const S& s, const problem& p, const select_input& in,
                                       std::span<std::byte> workspace) noexcept {
   SKIM_TRY(validate(p));
   SKIM_TRY(s.validate());
-  SKIM_TRY(check_rows("score", in.scores, in.score_stride, p));
-  if (!in.prior.empty()) SKIM_TRY(check_rows("prior", in.prior, in.prior_stride, p));
+  SKIM_TRY(check_rows("scores", "score_stride", in.scores, in.score_stride, p));
+  if (!in.prior.empty()) SKIM_TRY(check_rows("prior", "prior_stride", in.prior, in.prior_stride, p));
   return check_workspace(workspace, workspace_bytes(s, p));
 }
 
