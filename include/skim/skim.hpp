@@ -16,6 +16,7 @@
 
 #include "skim/concepts/block_index.hpp"
 #include "skim/concepts/executor.hpp"
+#include "skim/concepts/router.hpp"
 #include "skim/concepts/summarizer.hpp"
 
 #include "skim/index/block_csr.hpp"
@@ -35,6 +36,8 @@
 #include "skim/summarize/mean_pool.hpp"
 #include "skim/summarize/multi_centroid.hpp"
 #include "skim/summarize/probe_max.hpp"
+
+#include "skim/route/pooled_router.hpp"
 
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/exec/cpu/scalar.hpp"

@@ -1,67 +1,16 @@
-// exec::scalar::run does not allocate: this file replaces the global operator new/delete for the
-// whole test binary with counting versions (forwarding to malloc/free), and counts only while a
-// test switches counting on.
+// exec::scalar::run does not allocate (support/allocation_counter.hpp counts operator new calls).
 #include "skim/exec/cpu/scalar.hpp"
 
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <random>
 
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/index/causal_all.hpp"
 #include "skim/index/sink.hpp"
 #include "skim/index/sliding_window.hpp"
+#include "support/allocation_counter.hpp"
 #include "support/random_case.hpp"
-
-namespace {
-std::atomic<bool> counting{false};
-std::atomic<long> allocations{0};
-
-void* counted_alloc(std::size_t n, std::size_t alignment) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  if (n == 0) n = 1;
-  void* p = alignment <= alignof(std::max_align_t)
-                ? std::malloc(n)
-                : std::aligned_alloc(alignment, (n + alignment - 1) / alignment * alignment);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-
-// Counts allocations made while alive.
-struct allocation_counter {
-  allocation_counter() {
-    allocations = 0;
-    counting = true;
-  }
-  ~allocation_counter() { counting = false; }
-  long stop() {
-    counting = false;
-    return allocations.load();
-  }
-};
-}  // namespace
-
-void* operator new(std::size_t n) { return counted_alloc(n, 0); }
-void* operator new[](std::size_t n) { return counted_alloc(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try { return counted_alloc(n, 0); } catch (...) { return nullptr; }
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try { return counted_alloc(n, 0); } catch (...) { return nullptr; }
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace skim;
 using namespace skim::test;
