@@ -17,6 +17,7 @@
 #include "skim/concepts/block_index.hpp"
 #include "skim/concepts/executor.hpp"
 #include "skim/concepts/router.hpp"
+#include "skim/concepts/selector.hpp"
 #include "skim/concepts/summarizer.hpp"
 
 #include "skim/index/block_csr.hpp"
@@ -39,5 +40,16 @@
 
 #include "skim/route/pooled_router.hpp"
 
+#include "skim/select/reserved.hpp"
+#include "skim/select/select_all.hpp"
+#include "skim/select/threshold.hpp"
+#include "skim/select/top_k.hpp"
+
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/exec/cpu/scalar.hpp"
+
+#include "skim/metrics/cost.hpp"
+#include "skim/metrics/quality.hpp"
+#include "skim/metrics/tail.hpp"
+
+#include "skim/pipeline.hpp"

@@ -1,0 +1,239 @@
+#include "skim/pipeline.hpp"
+
+#include <doctest/doctest.h>
+
+#include <random>
+#include <vector>
+
+#include "skim/exec/cpu/reference.hpp"
+#include "skim/exec/cpu/scalar.hpp"
+#include "skim/index/causal_all.hpp"
+#include "skim/route/pooled_router.hpp"
+#include "skim/select/reserved.hpp"
+#include "skim/select/select_all.hpp"
+#include "skim/select/top_k.hpp"
+#include "skim/summarize/max_bound.hpp"
+#include "skim/summarize/mean_pool.hpp"
+#include "support/allocation_counter.hpp"
+#include "support/compare.hpp"
+#include "support/random_case.hpp"
+
+using namespace skim;
+using namespace skim::test;
+
+namespace {
+
+using max_bound_topk =
+    sparse_attention<summarize::max_bound, route::pooled_router, select::reserved<select::top_k>, exec::scalar>;
+
+// Buffers the pipeline writes: summaries, the selected table, the workspace.
+template <class Pipeline>
+struct pipeline_buffers {
+  std::vector<float> summaries;
+  std::vector<std::int32_t> ids, count;
+  std::int32_t width = 0;
+  aligned_workspace ws;
+
+  pipeline_buffers(const Pipeline& s, const problem& p)
+      : summaries(static_cast<std::size_t>(s.summary_floats(p)), 7.0f),
+        width(s.table_width(p)),
+        ws(s.workspace_bytes(p)) {
+    ids.assign(static_cast<std::size_t>(p.index_rows() * width), 99);
+    count.assign(static_cast<std::size_t>(p.index_rows()), 99);
+  }
+  [[nodiscard]] index::mutable_block_table table() { return {.ids = ids, .count = count, .width = width}; }
+};
+
+max_bound_topk random_pipeline(std::mt19937& rng) {
+  max_bound_topk s;
+  s.router = {.pool = pick(rng, {route::query_pool::last, route::query_pool::mean, route::query_pool::max}),
+              .reduce = pick(rng, {route::group_reduce::max, route::group_reduce::mean, route::group_reduce::sum})};
+  s.selector = {.sink = uniform(rng, 0, 2), .local = uniform(rng, 0, 2), .recency = chance(rng, 0.5),
+                .dynamic = {.k = uniform(rng, 0, 4)}};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: the selected table is the router's scores through the selector, and O is exact over it") {
+  for (int trial = 0; trial < 30; ++trial) {
+    const std::uint32_t seed = std::random_device{}();
+    std::mt19937 rng(seed);
+    case_spec spec = random_spec(rng, 2e6);
+    spec.softmax_scale = 0.0f;  // routers need a positive scale
+    const random_case<float, float> c(spec, rng);
+    const problem p = c.prob();
+    const max_bound_topk s = random_pipeline(rng);
+    INFO("seed ", seed, " ", spec.describe());
+    REQUIRE(s.can_implement(p).ok());
+
+    pipeline_buffers buf(s, p);
+    output<float> o(spec, c.tokens_q());
+    stage_times times;
+    c.with_kv([&](const auto& kv) {
+      using kv_t = std::remove_cvref_t<decltype(kv)>;
+      const pipeline_args<float, kv_t, float> a{
+          .prob = p, .q = c.q_view(), .kv = kv, .o = o.view, .lse = o.lse, .summaries = buf.summaries,
+          .mode = summaries_mode::build, .selected = buf.table()};
+      const status st = s.run(a, buf.ws.bytes, &times);
+      REQUIRE_MESSAGE(st.ok(), st.message());
+
+      // The same stages by hand: build, score every row, select_all.
+      std::vector<float> records(buf.summaries.size());
+      aligned_workspace sws(summarize::workspace_bytes<summarize::max_bound>(p));
+      REQUIRE(summarize::build<summarize::max_bound>(p, kv, records, sws.bytes).ok());
+      CHECK(records == buf.summaries);
+      std::vector<float> scores(static_cast<std::size_t>(p.index_rows() * p.max_kv_blocks()));
+      aligned_workspace rws(s.router.workspace_bytes(p));
+      REQUIRE(s.router.score<summarize::max_bound>(p, c.q_view(), records, scores, rws.bytes).ok());
+      std::vector<std::int32_t> ids(buf.ids.size()), count(buf.count.size());
+      aligned_workspace selws(select::workspace_bytes(s.selector, p));
+      const index::mutable_block_table want{.ids = ids, .count = count, .width = buf.width};
+      REQUIRE(select::select_all(s.selector, p, {.scores = scores, .score_stride = p.max_kv_blocks()}, want,
+                                 selws.bytes)
+                  .ok());
+      CHECK(count == buf.count);
+      CHECK(ids == buf.ids);
+
+      // O against the reference over the table the pipeline executed.
+      output<float> ref(spec, c.tokens_q());
+      const attention_args<float, kv_t, index::block_table, float> ra{
+          .prob = p, .q = c.q_view(), .kv = kv, .index = index::block_table(buf.table()), .o = ref.view, .lse = ref.lse};
+      REQUIRE(exec::reference{}.run(ra, {}).ok());
+      check(compare(p, o.view, ref.view, std::span<const float>(o.lse), std::span<const float>(ref.lse),
+                    output_tolerance<float>));
+    });
+    CHECK(times.total() >= 0.0);
+  }
+}
+
+TEST_CASE("pipeline: a budget that covers every block gives dense attention") {
+  std::mt19937 rng(424242u);
+  case_spec spec = random_spec(rng, 2e6);
+  spec.softmax_scale = 0.0f;
+  spec.seqs = {{40, 97}, {0, 5}, {1, 33}};
+  const random_case<float, float> c(spec, rng);
+  const problem p = c.prob();
+  max_bound_topk s;
+  s.selector = {.sink = 0, .local = 0, .recency = false, .dynamic = {.k = p.max_kv_blocks()}};
+  pipeline_buffers buf(s, p);
+  output<float> o(spec, c.tokens_q()), dense(spec, c.tokens_q());
+  c.with_kv([&](const auto& kv) {
+    using kv_t = std::remove_cvref_t<decltype(kv)>;
+    const pipeline_args<float, kv_t, float> a{.prob = p, .q = c.q_view(), .kv = kv, .o = o.view, .lse = o.lse,
+                                              .summaries = buf.summaries, .selected = buf.table()};
+    REQUIRE(s.run(a, buf.ws.bytes).ok());
+    const attention_args<float, kv_t, index::causal_all, float> d{
+        .prob = p, .q = c.q_view(), .kv = kv, .index = {}, .o = dense.view, .lse = dense.lse};
+    REQUIRE(run_executor(exec::scalar{}, d).ok());
+  });
+  CHECK(o.o == dense.o);  // same executor, same blocks in the same order: the same bits
+  CHECK(o.lse == dense.lse);
+}
+
+TEST_CASE("pipeline: decode with append_newest matches a rebuild at every step, without allocating") {
+  const std::uint32_t seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  INFO("seed ", seed);
+  // Two sequences decoding together; K/V grow one token per step.
+  const std::int32_t heads_q = 8, heads_kv = 2, dim = 24, bk = 8, start = 13, steps = 20;
+  std::vector<float> k_all(static_cast<std::size_t>(2 * (start + steps) * heads_kv * dim));
+  std::vector<float> v_all(k_all.size()), q_all(static_cast<std::size_t>(2 * steps * heads_q * dim));
+  fill_normal(rng, k_all);
+  fill_normal(rng, v_all);
+  fill_normal(rng, q_all);
+  const std::int32_t cap = start + steps;  // tokens per sequence in the [2, cap] K/V storage
+  max_bound_topk s;
+  s.router = {.pool = route::query_pool::last, .reduce = route::group_reduce::max};
+  s.selector = {.sink = 1, .local = 1, .recency = true, .dynamic = {.k = 2}};
+  std::vector<float> kept;  // summaries carried across steps, as an engine keeps them
+  for (std::int32_t step = 0; step < steps; ++step) {
+    const std::int32_t n = start + step + 1;
+    // Paged view of the two sequences: one page per sequence, each `cap` tokens long.
+    const std::int32_t cu_q[] = {0, 1, 2}, cu_kv[] = {0, n, 2 * n}, indptr[] = {0, 1, 2}, pages[] = {1, 0};
+    const problem p{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_q = 4, .block_kv = bk,
+                    .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
+    const auto kv = paged_kv<float>::packed(k_all.data(), v_all.data(), 2, cap, heads_kv, dim, indptr, pages);
+    const auto q = strided_view<const float>::token_major(q_all.data() + step * 2 * heads_q * dim, 2, heads_q, dim);
+    std::vector<float> o(static_cast<std::size_t>(2 * heads_q * dim)), o_ref(o.size());
+    // The summaries of sequence b live at the batch layout: grow `kept` to this step's layout.
+    const std::int64_t floats = s.summary_floats(p);
+    if (step == 0) {
+      kept.assign(static_cast<std::size_t>(floats), 0.0f);
+      const std::int32_t cu_kv0[] = {0, n - 1, 2 * (n - 1)};
+      problem p0 = p;
+      p0.cu_seqlens_kv = cu_kv0;
+      aligned_workspace w0(summarize::workspace_bytes<summarize::max_bound>(p0));
+      std::vector<float> first(static_cast<std::size_t>(s.summary_floats(p0)));
+      REQUIRE(summarize::build<summarize::max_bound>(p0, kv, first, w0.bytes).ok());
+      // Re-lay the prefix's records into this step's layout (sequence 1 starts later when blocks grow).
+      const auto l0 = summarize::make_summary_layout<summarize::max_bound>(p0);
+      const auto l1 = summarize::make_summary_layout<summarize::max_bound>(p);
+      for (std::int32_t b = 0; b < 2; ++b) {
+        std::copy_n(first.begin() + l0.sequence_offset(b), l0.sequence_floats(b), kept.begin() + l1.sequence_offset(b));
+      }
+    } else {
+      const std::int32_t cu_prev[] = {0, n - 1, 2 * (n - 1)};
+      problem pp = p;
+      pp.cu_seqlens_kv = cu_prev;
+      const auto lp = summarize::make_summary_layout<summarize::max_bound>(pp);
+      const auto l1 = summarize::make_summary_layout<summarize::max_bound>(p);
+      std::vector<float> grown(static_cast<std::size_t>(floats), 0.0f);
+      for (std::int32_t b = 0; b < 2; ++b) {
+        std::copy_n(kept.begin() + lp.sequence_offset(b), lp.sequence_floats(b), grown.begin() + l1.sequence_offset(b));
+      }
+      kept = grown;
+    }
+    pipeline_buffers buf(s, p), rebuilt(s, p);
+    const pipeline_args<float, paged_kv<float>, float> a{
+        .prob = p, .q = q, .kv = kv, .o = strided_view<float>::token_major(o.data(), 2, heads_q, dim),
+        .summaries = kept, .mode = summaries_mode::append_newest, .selected = buf.table()};
+    {
+      allocation_counter counter;
+      const status st = s.run(a, buf.ws.bytes);
+      CHECK(counter.stop() == 0);
+      REQUIRE_MESSAGE(st.ok(), st.message());
+    }
+    auto b = a;
+    b.summaries = rebuilt.summaries;
+    b.mode = summaries_mode::build;
+    b.selected = rebuilt.table();
+    b.o = strided_view<float>::token_major(o_ref.data(), 2, heads_q, dim);
+    REQUIRE(s.run(b, rebuilt.ws.bytes).ok());
+    INFO("step ", step);
+    CHECK(kept == rebuilt.summaries);
+    CHECK(buf.count == rebuilt.count);
+    CHECK(buf.ids == rebuilt.ids);
+    CHECK(o == o_ref);
+  }
+}
+
+TEST_CASE("pipeline: bad sizes get a status naming them") {
+  const std::int32_t cu_q[] = {0, 10}, cu_kv[] = {0, 40};
+  const problem p{.heads_q = 2, .heads_kv = 1, .head_dim = 4, .block_q = 4, .block_kv = 8, .cu_seqlens_q = cu_q,
+                  .cu_seqlens_kv = cu_kv};
+  std::mt19937 rng(5u);
+  std::vector<float> q(10 * 2 * 4), k(40 * 4), v(40 * 4), o(q.size());
+  fill_normal(rng, q);
+  fill_normal(rng, k);
+  fill_normal(rng, v);
+  max_bound_topk s;
+  s.selector = {.sink = 1, .local = 1, .dynamic = {.k = 1}};
+  pipeline_buffers buf(s, p);
+  pipeline_args<float, contiguous_kv<float>, float> a{
+      .prob = p, .q = strided_view<const float>::token_major(q.data(), 10, 2, 4),
+      .kv = {.k = strided_view<const float>::token_major(k.data(), 40, 1, 4),
+             .v = strided_view<const float>::token_major(v.data(), 40, 1, 4)},
+      .o = strided_view<float>::token_major(o.data(), 10, 2, 4), .summaries = buf.summaries, .selected = buf.table()};
+  REQUIRE(s.run(a, buf.ws.bytes).ok());
+  auto small = a;
+  small.summaries = small.summaries.first(3);
+  CHECK(std::string_view(s.run(small, buf.ws.bytes).message()) == "summaries has 3 floats, needs 40");
+  auto narrow = a;
+  narrow.selected.width = 1;
+  CHECK(std::string_view(s.run(narrow, buf.ws.bytes).message()) ==
+        "selected block_table width 1 < 3 the selector may choose");
+  auto bad_selector = s;
+  bad_selector.selector.dynamic.k = -2;
+  CHECK(std::string_view(bad_selector.run(a, buf.ws.bytes).message()) == "top_k k -2 < 0");
+}
