@@ -15,57 +15,13 @@
 #include "../../examples/llama/model.hpp"
 #include "../../examples/llama/models_dir.hpp"
 #include "../../examples/llama/tokenizer.hpp"
+#include "examples/real_model.hpp"
 
 namespace fs = std::filesystem;
 using namespace skim_llama;
+using namespace skim::test::real;
 
 namespace {
-
-models_dir_result find_models() {
-  return find_models_dir({fs::current_path(), fs::path(__FILE__).parent_path()});
-}
-
-// The checkpoint lives beside the checkout (../shared/models), not in it. A checkout without it
-// skips these cases, and says so once, with where it looked; scripts/test prints the same line.
-bool model_missing() {
-  static const bool missing = [] {
-    const models_dir_result r = find_models();
-    if (r.dir.empty()) std::fprintf(stderr, "skim_tests: skipping the real-model cases: %s\n", r.error.c_str());
-    return r.dir.empty();
-  }();
-  return missing;
-}
-
-// The models directory, or a failed test naming where it looked.
-fs::path models_dir() {
-  const models_dir_result r = find_models();
-  if (r.dir.empty()) FAIL(r.error);
-  return r.dir;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  REQUIRE_MESSAGE(in, "cannot open ", p.string());
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-struct loaded {
-  model m;
-  tokenizer tok;
-};
-
-const loaded& real_model() {
-  static loaded* l = [] {
-    auto* x = new loaded;
-    const fs::path dir = models_dir();
-    const skim::status s = load(dir / "stories260K.bin", x->m);
-    REQUIRE_MESSAGE(s.ok(), s.message());
-    const skim::status t = tokenizer::load(dir / "tok512.bin", x->m.cfg.vocab_size, x->tok);
-    REQUIRE_MESSAGE(t.ok(), t.message());
-    return x;
-  }();
-  return *l;
-}
 
 // llama2.c's encode() as written there: rescan every pair after each merge. O(n^2).
 std::vector<int> encode_llama2c(const tokenizer& tk, const std::string& text) {
