@@ -1,22 +1,22 @@
-// skim-demo — a needle in a haystack, end to end on the CPU.
+// skim-demo — a needle in a haystack, end to end on the CPU: summarize, route, select, execute.
 //
 // A long synthetic context (8192 keys, head dim 128, 8 query heads, 2 kv heads) with the three
 // kinds of structure real attention has: an attention sink at the start, a local window that
 // follows each query, and a few "needle" keys planted far back that some query blocks look for.
 // The last 1024 tokens are the queries (a chunked prefill, causal, bottom-right aligned).
 //
-// skim's scalar executor runs over the union sink ∪ window ∪ a block_table holding the needle
-// blocks, and the demo prints, per configuration:
-//   density   share of the causal query-key pairs the index reads
-//   exact     relative error against skim's double-precision reference over the *same* index
-//             (the executor is exact: this is fp32 rounding)
-//   vs dense  relative error against dense attention over every causal block (what the sparse
-//             selection costs in accuracy)
-//   time      median wall time of the sparse run, and the speed-up over the same executor
-//             over all causal blocks (one thread both)
-//
-// Until skim's router and selectors choose the needle blocks themselves, the demo hands them over
-// as a block_table: the point here is that the executor reads exactly the blocks it is given.
+// For a few block sizes and budgets, skim's pipeline (max_bound summaries, a router pooling each
+// query block, top-k with sink / local / recency reserved, the scalar executor) chooses the blocks
+// itself, and the demo prints per configuration:
+//   density   share of the causal query-key pairs the chosen blocks hold
+//   needle    share of (query, head) rows whose chosen blocks hold the needle the query looks for
+//   recall@8  share of each row's 8 highest-scoring keys inside its chosen blocks (sampled rows)
+//   coverage  share of the dense attention mass inside the chosen blocks: exp(lse_sparse - lse_dense)
+//   error     relative L2 error of the output against dense attention over every causal block
+//   time      median wall time of the whole sparse step (all four stages), and the speed-up over
+//             the same executor over every causal block (one thread both)
+// and, once, the executor's exactness against skim's double-precision reference over the blocks
+// it was given.
 
 #include <algorithm>
 #include <chrono>
@@ -37,10 +37,12 @@
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/exec/cpu/scalar.hpp"
 #include "skim/index/block_table.hpp"
-#include "skim/index/block_union.hpp"
 #include "skim/index/causal_all.hpp"
-#include "skim/index/sink.hpp"
-#include "skim/index/sliding_window.hpp"
+#include "skim/pipeline.hpp"
+#include "skim/route/pooled_router.hpp"
+#include "skim/select/reserved.hpp"
+#include "skim/select/top_k.hpp"
+#include "skim/summarize/max_bound.hpp"
 
 namespace {
 
@@ -159,6 +161,62 @@ void require_ok(const skim::status& s, const char* what) {
   std::exit(1);
 }
 
+using sparse_step = skim::sparse_attention<skim::summarize::max_bound, skim::route::pooled_router,
+                                           skim::select::reserved<skim::select::top_k>, skim::exec::scalar>;
+
+struct quality {
+  double needle = 0, recall = 0, coverage = 0, error = 0, density = 0;
+};
+
+// Quality of one sparse run against the dense one (DESIGN.md: mass coverage, recall, error).
+quality measure(const haystack& h, const skim::problem& p, const skim::index::block_table& selected,
+                std::span<const float> o, std::span<const float> lse, std::span<const float> dense_o,
+                std::span<const float> dense_lse) {
+  quality r;
+  const std::int32_t bk = p.block_kv, group = heads_q / heads_kv;
+  // Coverage from the log-sum-exps: Σ_selected e^s / Σ_all e^s = e^(lse_sparse - lse_dense).
+  for (std::size_t i = 0; i < lse.size(); ++i) r.coverage += std::exp(double(lse[i]) - dense_lse[i]);
+  r.coverage /= double(lse.size());
+  r.error = relative_error(o, dense_o);
+  double pairs = 0, causal = 0, rows = 0, recall_rows = 0;
+  std::vector<std::pair<float, std::int32_t>> scored;
+  const skim::status walk = skim::for_each_row(p, [&](const skim::row_info& row) {
+    std::vector<char> chosen(std::size_t(row.kv_blocks), 0);
+    for (auto c = selected.cursor(row); !c.done(); c.next()) chosen[std::size_t(c.id())] = 1;
+    const std::int32_t g = row.head;
+    for (std::int32_t qq = row.q_begin; qq < row.q_end; ++qq) {
+      const std::int32_t visible = row.visible_keys(qq, p.mask);
+      causal += visible;
+      for (std::int32_t j = 0; j < visible; ++j) pairs += chosen[std::size_t(j / bk)];
+      const std::int32_t target = h.needle_pos[std::size_t(g) * needles_per_head + (qq / 64) % needles_per_head];
+      r.needle += chosen[std::size_t(target / bk)];
+      ++rows;
+      if (qq % 16 != 0) continue;  // recall@8 on every 16th query, each head of the group
+      for (std::int32_t hh = g * group; hh < (g + 1) * group; ++hh) {
+        const float* q = h.q.data() + (std::size_t(qq) * heads_q + hh) * dim;
+        scored.clear();
+        for (std::int32_t j = 0; j < visible; ++j) {
+          const float* k = h.k.data() + (std::size_t(j) * heads_kv + g) * dim;
+          float s = 0;
+          for (std::int32_t e = 0; e < dim; ++e) s += q[e] * k[e];
+          scored.emplace_back(-s, j);
+        }
+        const std::size_t t = std::min<std::size_t>(8, scored.size());
+        std::partial_sort(scored.begin(), scored.begin() + std::ptrdiff_t(t), scored.end());
+        double hit = 0;
+        for (std::size_t x = 0; x < t; ++x) hit += chosen[std::size_t(scored[x].second / bk)];
+        r.recall += hit / double(t);
+        ++recall_rows;
+      }
+    }
+  });
+  require_ok(walk, "walk");
+  r.needle /= rows;
+  r.recall /= recall_rows;
+  r.density = pairs / causal;
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -174,83 +232,77 @@ int main(int argc, char** argv) {
   }
 
   const haystack h = build(2026);
-  const std::int32_t bq = 64, bk = 64;
   const std::int32_t cu_q[2] = {0, queries}, cu_kv[2] = {0, keys};
-  const skim::problem p{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_q = bq, .block_kv = bk,
-                        .mask = skim::mask_kind::causal, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
-  require_ok(skim::validate(p), "problem");
-
   const auto q = skim::strided_view<const float>::token_major(h.q.data(), queries, heads_q, dim);
   const skim::contiguous_kv<float> kv{.k = skim::strided_view<const float>::token_major(h.k.data(), keys, heads_kv, dim),
                                       .v = skim::strided_view<const float>::token_major(h.v.data(), keys, heads_kv, dim)};
-  const skim::exec::scalar scalar;
-  const skim::workspace_buffer workspace_memory(scalar.workspace_bytes(p));
-  const std::span<std::byte> workspace = workspace_memory.span();
-
-  // Every row of kv head g holds g's needle blocks (sorted, unique): what a router would find.
-  const std::int64_t rows = p.index_rows();
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(rows) * needles_per_head);
-  std::vector<std::int32_t> count(static_cast<std::size_t>(rows));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int32_t g = std::int32_t(r % heads_kv);
-    std::vector<std::int32_t> blocks;
-    for (std::int32_t n = 0; n < needles_per_head; ++n) blocks.push_back(h.needle_pos[std::size_t(g) * needles_per_head + n] / bk);
-    std::sort(blocks.begin(), blocks.end());
-    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-    std::copy(blocks.begin(), blocks.end(), ids.begin() + r * needles_per_head);
-    count[std::size_t(r)] = std::int32_t(blocks.size());
-  }
-  const skim::index::block_table needles{.ids = ids, .count = count, .width = needles_per_head};
+  const auto problem_for = [&](std::int32_t bk) {
+    return skim::problem{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_q = 64, .block_kv = bk,
+                         .mask = skim::mask_kind::causal, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
+  };
 
   // Dense: the same executor over every causal block.
-  std::vector<float> dense_o(h.q.size());
-  const auto dense_out = skim::strided_view<float>::token_major(dense_o.data(), queries, heads_q, dim);
+  const skim::problem p64 = problem_for(64);
+  const skim::exec::scalar scalar;
+  std::vector<float> dense_o(h.q.size()), dense_lse(std::size_t(queries) * heads_q);
   const skim::attention_args<float, skim::contiguous_kv<float>, skim::index::causal_all, float> dense_args{
-      .prob = p, .q = q, .kv = kv, .index = {}, .o = dense_out};
-  const double dense_s = median_seconds(runs, [&] { require_ok(scalar.run(dense_args, workspace), "dense run"); });
+      .prob = p64, .q = q, .kv = kv, .index = {},
+      .o = skim::strided_view<float>::token_major(dense_o.data(), queries, heads_q, dim), .lse = dense_lse};
+  const skim::workspace_buffer dense_ws(scalar.workspace_bytes(p64));
+  const double dense_s = median_seconds(runs, [&] { require_ok(scalar.run(dense_args, dense_ws.span()), "dense run"); });
   double causal_pairs = 0;
   for (std::int32_t i = 0; i < queries; ++i) causal_pairs += keys - queries + i + 1;
-  std::printf("skim-demo: %d keys, %d queries (chunked prefill), head dim %d, %d query heads, %d kv heads, bq = bk = %d\n",
-              keys, queries, dim, heads_q, heads_kv, bk);
+  std::printf("skim-demo: %d keys, %d queries (chunked prefill), head dim %d, %d query heads, %d kv heads, bq 64\n",
+              keys, queries, dim, heads_q, heads_kv);
   std::printf("needles per kv head at tokens:");
   for (std::int32_t pos : h.needle_pos) std::printf(" %d", pos);
-  std::printf("\ndense (scalar over all causal blocks): %.3f s, %.1f GFLOP/s on %.0f causal pairs per head\n\n",
-              dense_s, 4.0 * causal_pairs * dim * heads_q / dense_s * 1e-9, causal_pairs);
+  std::printf("\ndense (scalar over all causal blocks): %.3f s, %.1f GFLOP/s on %.0f causal pairs per head\n", dense_s,
+              4.0 * causal_pairs * dim * heads_q / dense_s * 1e-9, causal_pairs);
+  std::printf("sparse: max_bound summaries, mean-pooled queries, max over the GQA group, top-k + sink 1 + local 1\n\n");
+  std::printf("%4s %7s %4s %8s %7s %9s %9s %8s %9s %8s\n", "bk", "budget", "k", "density", "needle", "recall@8",
+              "coverage", "error", "time", "speed-up");
 
-  std::printf("%-34s %8s %10s %10s %9s %8s\n", "index", "density", "exact", "vs dense", "time", "speed-up");
-  const auto report = [&](const char* name, const auto& index) {
-    using index_t = std::remove_cvref_t<decltype(index)>;
-    std::vector<float> o(h.q.size()), ref(h.q.size());
-    const skim::attention_args<float, skim::contiguous_kv<float>, index_t, float> args{
-        .prob = p, .q = q, .kv = kv, .index = index,
-        .o = skim::strided_view<float>::token_major(o.data(), queries, heads_q, dim)};
-    const double s = median_seconds(runs, [&] { require_ok(scalar.run(args, workspace), name); });
-    auto ref_args = args;
-    ref_args.o = skim::strided_view<float>::token_major(ref.data(), queries, heads_q, dim);
-    require_ok(skim::exec::reference{}.run(ref_args, {}), "reference");
-    // Pairs read: for each row, the keys of its blocks that its queries see.
-    double pairs = 0;
-    require_ok(skim::for_each_row(p, [&](const skim::row_info& r) {
-                 for (auto c = index.cursor(r); !c.done(); c.next()) {
-                   for (std::int32_t qq = r.q_begin; qq < r.q_end; ++qq) {
-                     const std::int32_t seen = std::min(r.visible_keys(qq, p.mask) - c.id() * bk, bk);
-                     pairs += std::max(seen, 0);
-                   }
-                 }
-               }),
-               "walk");
-    std::printf("%-34s %7.2f%% %10.1e %10.1e %7.3f s %7.1fx\n", name, 100.0 * pairs / (causal_pairs * heads_kv),
-                relative_error(o, ref), relative_error(o, dense_o), s, dense_s / s);
-  };
-  using skim::index::make_union;
-  using skim::index::sink;
-  using skim::index::sliding_window;
-  report("sink(1) + window(4)", make_union(sink{1}, sliding_window{4}));
-  report("sink(1) + window(4) + needles", make_union(sink{1}, sliding_window{4}, needles));
-  report("sink(1) + window(8) + needles", make_union(sink{1}, sliding_window{8}, needles));
-  report("sink(2) + window(16) + needles", make_union(sink{2}, sliding_window{16}, needles));
-  std::printf("\n'exact' is fp32 rounding against the double-precision reference over the same blocks;\n"
-              "'vs dense' is what reading only those blocks costs. Without the needle blocks the\n"
-              "queries lose what they were looking for.\n");
+  double exactness = -1;
+  for (const std::int32_t bk : {32, 64, 128}) {
+    const skim::problem p = problem_for(bk);
+    for (const std::int32_t share : {32, 16, 8}) {
+      // A budget of 1/share of the sequence's blocks: sink and local reserved, the rest dynamic.
+      const std::int32_t blocks = (keys / bk + share - 1) / share;
+      sparse_step step;
+      step.router = {.pool = skim::route::query_pool::mean, .reduce = skim::route::group_reduce::max};
+      step.selector = {.sink = 1, .local = 1, .recency = true, .dynamic = {.k = std::max(blocks - 2, 1)}};
+      require_ok(step.can_implement(p), "configuration");
+      std::vector<float> summaries(std::size_t(step.summary_floats(p)));
+      const std::int32_t width = step.table_width(p);
+      std::vector<std::int32_t> ids(std::size_t(p.index_rows() * width)), count(std::size_t(p.index_rows()));
+      std::vector<float> o(h.q.size()), lse(dense_lse.size());
+      const skim::index::mutable_block_table table{.ids = ids, .count = count, .width = width};
+      const skim::pipeline_args<float, skim::contiguous_kv<float>, float> args{
+          .prob = p, .q = q, .kv = kv, .o = skim::strided_view<float>::token_major(o.data(), queries, heads_q, dim),
+          .lse = lse, .summaries = summaries, .mode = skim::summaries_mode::build, .selected = table};
+      const skim::workspace_buffer ws(step.workspace_bytes(p));
+      skim::stage_times stages;
+      const double s = median_seconds(runs, [&] { require_ok(step.run(args, ws.span(), &stages), "sparse step"); });
+      const quality r = measure(h, p, table, o, lse, dense_o, dense_lse);
+      std::printf("%4d %5s%-2d %4d %7.2f%% %6.1f%% %8.1f%% %8.2f%% %8.1e %7.3f s %7.1fx\n", bk, "1/", share,
+                  step.selector.dynamic.k, 100 * r.density, 100 * r.needle, 100 * r.recall, 100 * r.coverage, r.error,
+                  s, dense_s / s);
+      if (exactness < 0) {
+        // The executor reads exactly the chosen blocks: compare with the double-precision reference.
+        std::vector<float> ref(o.size());
+        const skim::attention_args<float, skim::contiguous_kv<float>, skim::index::block_table, float> ref_args{
+            .prob = p, .q = q, .kv = kv, .index = table,
+            .o = skim::strided_view<float>::token_major(ref.data(), queries, heads_q, dim)};
+        require_ok(skim::exec::reference{}.run(ref_args, {}), "reference");
+        exactness = relative_error(o, ref);
+        std::printf("     stages of this step: summarize %.4f s, score %.4f s, select %.4f s, execute %.4f s\n",
+                    stages.summarize, stages.score, stages.select, stages.execute);
+      }
+    }
+  }
+  std::printf("\nexecutor vs double-precision reference over the same blocks: relative error %.1e (fp32 rounding)\n",
+              exactness);
+  std::printf("'needle' is what routing must find: a query block that misses its needle block loses the\n"
+              "answer it was looking for, whatever its coverage. Time includes every stage.\n");
   return 0;
 }
