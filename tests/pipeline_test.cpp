@@ -75,7 +75,9 @@ TEST_CASE("pipeline: the selected table is the router's scores through the selec
       const pipeline_args<float, kv_t, float> a{
           .prob = p, .q = c.q_view(), .kv = kv, .o = o.view, .lse = o.lse, .summaries = buf.summaries,
           .mode = summaries_mode::build, .selected = buf.table()};
+      allocation_counter counter;
       const status st = s.run(a, buf.ws.bytes, &times);
+      CHECK(counter.stop() == 0);  // summarize, score, select and execute allocate nothing
       REQUIRE_MESSAGE(st.ok(), st.message());
 
       // The same stages by hand: build, score every row, select_all.
