@@ -1,0 +1,148 @@
+// skim_bench_density — at which length and density does the sparse step beat dense attention?
+//
+// Cost model. Dense attention over every causal block costs ~4·n_q·N·d·heads_q flops (prefill of a
+// chunk of n_q queries over N keys) or reads all 2·N·heads_kv·d K/V elements (decode). The sparse
+// step pays for routing before it executes: summarize O(N·d) per kv head (prefill rebuilds the
+// summaries of all N keys every step here, an upper bound: an engine keeping them appends only the
+// chunk; decode appends the newest key), score O((N/bk)·d·heads_q) per query block (one pooled
+// query per head against each block's summary), select O(N/bk) per row, then executes
+// density·(dense work). So sparse wins when density + routing/dense < 1, and routing/dense
+// ~ (N/bk)·d / (n_q·N·d) = 1/(bk·bq) per query block in prefill but ~1/bk in decode (one query
+// per row pays for a whole scoring pass): at short N or high density dense wins.
+//
+// Rows (bq = 64, bk = 64, head dim 128, 8 query heads, 2 kv heads, Q fp32, K/V fp16, structured data):
+//   prefill/step:sparse/exec:E/threads:2/sel:1/S/N:N   chunked prefill, the last 512 queries over N keys
+//   prefill/step:dense/exec:E/threads:2/N:N            the same executor over every causal block
+//   decode/step:sparse/exec:E/threads:2/sel:1/S/N:N    one query over N keys (summaries kept, append_newest)
+//   decode/step:dense/exec:E/threads:2/N:N
+// Counters: flops (prefill, rate over the pairs read) or bytes (decode, K+V bytes of the blocks read),
+// density (share of the causal pairs selected), and the stage times of the sparse step in seconds
+// (summarize, score, select, execute; means per step). Compare a sparse row with the dense row of the
+// same N: bench/plot.py draws time(sparse)/time(dense) and the crossover.
+// Default lengths: prefill 4K..32K, decode 4K..128K; --skim_max_n=65536 (or more) adds longer prefill.
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "sparse_step.hpp"
+
+namespace {
+
+using namespace skim_bench;
+using kv_type = skim::half;
+
+constexpr std::int32_t heads_q = 8, heads_kv = 2, dim = 128, block_q = 64, block_kv = 64;
+constexpr std::int32_t chunk = 512;  // prefill queries per step
+constexpr int threads = 2;
+
+struct tensors {
+  std::int32_t keys = -1, queries = -1;
+  std::vector<float> q, o;
+  std::vector<kv_type> k, v;
+};
+
+tensors& data(std::int32_t keys, std::int32_t queries) {
+  static tensors t;
+  if (t.keys == keys && t.queries == queries) return t;
+  t = tensors{};
+  const haystack h = make_haystack(keys, queries, heads_q, heads_kv, dim, 2026);
+  t.keys = keys;
+  t.queries = queries;
+  t.q = h.q;
+  t.o.assign(h.q.size(), 0.0f);
+  t.k = convert<kv_type>(h.k);
+  t.v = convert<kv_type>(h.v);
+  return t;
+}
+
+skim::problem make_problem(const std::int32_t (&cu_q)[2], const std::int32_t (&cu_kv)[2]) {
+  return {.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_q = block_q, .block_kv = block_kv,
+          .mask = skim::mask_kind::causal, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
+}
+
+void sparse(benchmark::State& state, std::int32_t n, std::int32_t queries, std::int32_t share) {
+  tensors& d = data(n, queries);
+  const std::int32_t cu_q[2] = {0, queries}, cu_kv[2] = {0, n};
+  const skim::problem p = make_problem(cu_q, cu_kv);
+  const bool decode = queries == 1;
+  sparse_job<kv_type> job(make_sparse_step(p.kv_blocks(0), share), p, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+                          decode ? skim::summaries_mode::append_newest : skim::summaries_mode::build);
+  skim::stage_times sum;
+  for (auto _ : state) {
+    const skim::status s = job.run(threads);
+    if (!s.ok()) {
+      state.SkipWithError(s.message());
+      return;
+    }
+    sum += job.times();
+    benchmark::ClobberMemory();
+  }
+  const double it = double(state.iterations());
+  const double density = job.density();
+  state.counters["density"] = density;
+  state.counters["summarize_s"] = sum.summarize / it;
+  state.counters["score_s"] = sum.score / it;
+  state.counters["select_s"] = sum.select / it;
+  state.counters["execute_s"] = sum.execute / it;
+  if (decode) {
+    set_rate(state, "bytes", density * 2.0 * n * heads_kv * dim * sizeof(kv_type));
+  } else {
+    set_rate(state, "flops", 4.0 * job.selected_pairs_all_heads() * dim);
+  }
+}
+
+void dense(benchmark::State& state, std::int32_t n, std::int32_t queries) {
+  tensors& d = data(n, queries);
+  const std::int32_t cu_q[2] = {0, queries}, cu_kv[2] = {0, n};
+  const skim::problem p = make_problem(cu_q, cu_kv);
+  // Split by kv head like the sparse step (its pipeline runs one kv head per thread), so the two
+  // rows differ only in what they compute.
+  executor_job<step_executor, kv_type, skim::index::causal_all> job(
+      step_executor{}, p, d.q.data(), d.k.data(), d.v.data(), d.o.data(), threads,
+      [](const skim::problem&, int) { return skim::index::causal_all{}; }, thread_split::kv_heads);
+  for (auto _ : state) {
+    const skim::status s = job.run();
+    if (!s.ok()) {
+      state.SkipWithError(s.message());
+      return;
+    }
+    benchmark::ClobberMemory();
+  }
+  if (queries == 1) {
+    set_rate(state, "bytes", 2.0 * n * heads_kv * dim * sizeof(kv_type));
+  } else {
+    set_rate(state, "flops", 4.0 * causal_pairs(queries, n) * heads_q * dim);
+  }
+  state.counters["density"] = 1.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::int32_t max_n = take_max_n_flag(argc, argv, 32768);
+  const std::string exec = std::string("/exec:") + step_executor_name + "/threads:" + std::to_string(threads);
+  for (const bool decode : {false, true}) {
+    const std::string mode = decode ? "decode" : "prefill";
+    const std::int32_t longest = decode ? std::max(max_n, 131072) : max_n;
+    for (std::int32_t n = 4096; n <= longest; n *= 2) {
+      const std::int32_t queries = decode ? 1 : chunk;
+      benchmark::RegisterBenchmark((mode + "/step:dense" + exec + "/N:" + std::to_string(n)).c_str(),
+                                   [=](benchmark::State& s) { dense(s, n, queries); })
+          ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(decode ? 0.1 : 0.2);
+      for (const std::int32_t share : {2, 4, 8, 16, 32}) {
+        benchmark::RegisterBenchmark((mode + "/step:sparse" + exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n)).c_str(),
+                                     [=](benchmark::State& s) { sparse(s, n, queries, share); })
+            ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(decode ? 0.1 : 0.2);
+      }
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

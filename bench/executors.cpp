@@ -1,0 +1,280 @@
+// skim_bench_executors — how fast does each executor run exact attention over a given index?
+//
+// Cost model. Prefill over every causal block (index::causal_all) is compute-bound: each visible
+// (query, key) pair costs one dot product for the score and one axpy for P·V, 4·head_dim flops, so
+// the work is 4 · pairs · head_dim · heads_q with pairs = N(N+1)/2 per head; the ceiling is the
+// machine's GEMM rate (the eigen_gemm peer), and a good kernel reaches ≥ 70% of it (BENCH.md).
+// Decode (one query, N keys) is bandwidth-bound: every selected K and V row is read once (the
+// group's query heads share it), 2 · selected keys · heads_kv · head_dim · sizeof(dtype) bytes
+// against ~4 · N · heads_q · head_dim flops; the ceiling is a streaming read of the same bytes (the
+// stream peer), and a good kernel reaches ≥ 70% of it.
+//
+// Rows (names are key:value fields split by '/'; bench/plot.py reads them):
+//   prefill/exec:E/threads:T/dim:D/bk:B/kv:DT/N:4096          GFLOP/s on visible pairs (counter flops)
+//   decode/exec:E/threads:T/dim:D/bk:B/kv:DT/sel:S/N:N         GB/s on selected K+V bytes (counter bytes)
+//   prefill/peer:eigen_attention/threads:T/dim:D/kv:fp32/N:4096   the same visible-pair flops
+//   gemm/peer:eigen/threads:2/dim:D/M:4096                    2·M·M·D flops of [M, D]·[D, M]
+//   decode/peer:stream/threads:2/dim:D/kv:DT/N:N               the bytes of all K+V at that dtype
+// E is scalar (the portable executor; it has no threads of its own, so threads:1) and simd_avx2 /
+// simd_avx512f where include/skim/exec/cpu/simd.hpp exists and this binary is built for the arch.
+// threads:2 runs one kv head per thread (8 query heads, 2 kv heads: two GQA groups of 4), each on
+// its own sub-problem and workspace — the same split for skim and for the Eigen peer.
+// sel:all reads every block; sel:1/8 reads every 8th block (a block_table), the gather skim exists for.
+// Q and O are fp32; kv:DT is the K/V storage type (converted to fp32 in registers).
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "skim/core/attention_args.hpp"
+#include "skim/core/problem.hpp"
+#include "skim/exec/cpu/scalar.hpp"
+#include "skim/index/block_table.hpp"
+#include "skim/index/causal_all.hpp"
+
+// SKIM_BENCH_NO_SIMD: build without the SIMD executors (e.g. while simd.hpp is being written).
+#if !defined(SKIM_BENCH_NO_SIMD) && __has_include("skim/exec/cpu/simd.hpp") && (defined(__AVX2__) || defined(__AVX512F__))
+#include "skim/exec/cpu/simd.hpp"
+#define SKIM_BENCH_HAS_SIMD 1
+#endif
+
+namespace {
+
+using namespace skim_bench;
+
+constexpr std::int32_t heads_q = 8;
+constexpr std::int32_t heads_kv = 2;
+constexpr std::int32_t prefill_n = 4096;
+constexpr std::int32_t block_q = 64;
+
+// The data of the rows being run: rebuilt when a row needs another shape or dtype (the registration
+// order keeps rows of one shape together), so at most one shape's tensors are alive.
+struct tensors {
+  std::string key;
+  std::vector<float> q, o;
+  std::vector<std::byte> k, v;  // K, V in the row's dtype
+};
+
+template <class T>
+tensors& data(std::int32_t n_q, std::int32_t n_kv, std::int32_t dim) {
+  static tensors t;
+  const std::string key = std::to_string(n_q) + "/" + std::to_string(n_kv) + "/" + std::to_string(dim) + "/" + dtype_name<T>();
+  if (t.key == key) return t;
+  t = tensors{};
+  t.key = key;
+  t.q = random_tensor(std::size_t(n_q) * heads_q * dim, 1);
+  t.o.assign(t.q.size(), 0.0f);
+  for (auto [dst, seed] : {std::pair{&t.k, 2u}, std::pair{&t.v, 3u}}) {
+    const std::vector<T> x = convert<T>(random_tensor(std::size_t(n_kv) * heads_kv * dim, seed));
+    dst->resize(x.size() * sizeof(T));
+    std::memcpy(dst->data(), x.data(), dst->size());
+  }
+  return t;
+}
+
+template <class T>
+const T* as(const std::vector<std::byte>& b) {
+  return reinterpret_cast<const T*>(b.data());
+}
+
+// Prefill over every causal block at N = 4096, GFLOP/s on visible pairs.
+template <class Exec, class T>
+void prefill(benchmark::State& state, int threads, std::int32_t dim, std::int32_t bk) {
+  tensors& d = data<T>(prefill_n, prefill_n, dim);
+  const std::int32_t cu[2] = {0, prefill_n};
+  const skim::problem p{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_q = block_q, .block_kv = bk,
+                        .mask = skim::mask_kind::causal, .cu_seqlens_q = cu, .cu_seqlens_kv = cu};
+  executor_job<Exec, T, skim::index::causal_all> job(Exec{}, p, d.q.data(), as<T>(d.k), as<T>(d.v), d.o.data(),
+                                                     threads, [](const skim::problem&, int) { return skim::index::causal_all{}; });
+  for (auto _ : state) {
+    const skim::status s = job.run();
+    if (!s.ok()) {
+      state.SkipWithError(s.message());
+      return;
+    }
+    benchmark::DoNotOptimize(d.o.data());
+    benchmark::ClobberMemory();
+  }
+  set_rate(state, "flops", 4.0 * causal_pairs(prefill_n, prefill_n) * dim * heads_q);
+}
+
+// Decode (one query) over N keys: every block (sel = 1) or every sel-th block, GB/s on selected K+V bytes.
+template <class Exec, class T>
+void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t bk, std::int32_t n, std::int32_t sel) {
+  tensors& d = data<T>(1, n, dim);
+  const std::int32_t cu_q[2] = {0, 1}, cu_kv[2] = {0, n};
+  const skim::problem p{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_q = block_q, .block_kv = bk,
+                        .mask = skim::mask_kind::causal, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
+  const std::int32_t blocks = p.kv_blocks(0);
+  const std::int32_t chosen = (blocks + sel - 1) / sel;
+  std::vector<std::int32_t> ids, count;  // every sel-th block, for each index row of each slice
+  double bytes = 0;
+  if (sel == 1) {
+    executor_job<Exec, T, skim::index::causal_all> job(Exec{}, p, d.q.data(), as<T>(d.k), as<T>(d.v), d.o.data(),
+                                                       threads, [](const skim::problem&, int) { return skim::index::causal_all{}; });
+    for (auto _ : state) {
+      const skim::status s = job.run();
+      if (!s.ok()) {
+        state.SkipWithError(s.message());
+        return;
+      }
+      benchmark::DoNotOptimize(d.o.data());
+      benchmark::ClobberMemory();
+    }
+    bytes = 2.0 * n * heads_kv * dim * sizeof(T);
+  } else {
+    ids.resize(std::size_t(heads_kv) * std::size_t(chosen));
+    count.assign(std::size_t(heads_kv), chosen);
+    for (std::int32_t r = 0; r < heads_kv; ++r) {
+      for (std::int32_t c = 0; c < chosen; ++c) ids[std::size_t(r * chosen + c)] = c * sel;
+    }
+    const auto make_index = [&](const skim::problem& sp, int slice) {
+      // A whole-problem table has heads_kv rows; a slice's has one (its kv head's).
+      const std::int32_t rows = std::int32_t(sp.index_rows());
+      return skim::index::block_table{.ids = std::span<const std::int32_t>(ids).subspan(std::size_t(slice * chosen), std::size_t(rows * chosen)),
+                                      .count = std::span<const std::int32_t>(count).subspan(std::size_t(slice), std::size_t(rows)),
+                                      .width = chosen};
+    };
+    executor_job<Exec, T, skim::index::block_table> job(Exec{}, p, d.q.data(), as<T>(d.k), as<T>(d.v), d.o.data(),
+                                                        threads, make_index);
+    for (auto _ : state) {
+      const skim::status s = job.run();
+      if (!s.ok()) {
+        state.SkipWithError(s.message());
+        return;
+      }
+      benchmark::DoNotOptimize(d.o.data());
+      benchmark::ClobberMemory();
+    }
+    bytes = 2.0 * double(chosen) * bk * heads_kv * dim * sizeof(T);
+  }
+  set_rate(state, "bytes", bytes);
+}
+
+void eigen_attention_peer(benchmark::State& state, int threads, std::int32_t dim) {
+  tensors& d = data<float>(prefill_n, prefill_n, dim);
+  eigen_attention attn(d.q.data(), as<float>(d.k), as<float>(d.v), d.o.data(), prefill_n, prefill_n, heads_q, heads_kv, dim);
+  for (auto _ : state) {
+    attn.run(threads);
+    benchmark::DoNotOptimize(d.o.data());
+    benchmark::ClobberMemory();
+  }
+  set_rate(state, "flops", 4.0 * causal_pairs(prefill_n, prefill_n) * dim * heads_q);
+}
+
+void gemm_peer(benchmark::State& state, int threads, std::int32_t dim) {
+  eigen_gemm g(prefill_n, prefill_n, dim);
+  for (auto _ : state) {
+    g.run(threads);
+    benchmark::DoNotOptimize(g.sample());
+  }
+  set_rate(state, "flops", g.flops());
+}
+
+void stream_peer(benchmark::State& state, int threads, double bytes) {
+  stream_read r(static_cast<std::size_t>(bytes));
+  for (auto _ : state) benchmark::DoNotOptimize(r.run(threads));
+  set_rate(state, "bytes", r.bytes());
+}
+
+constexpr std::int32_t dims[] = {64, 128};
+constexpr std::int32_t block_sizes[] = {16, 32, 64, 128};
+constexpr std::int32_t decode_lengths[] = {32768, 131072};
+
+template <class Exec, class T>
+void register_executor(const std::string& name, int threads) {
+  const std::string id = "exec:" + name + "/threads:" + std::to_string(threads);
+  for (const std::int32_t dim : dims) {
+    for (const std::int32_t bk : block_sizes) {
+      const std::string shape = "/dim:" + std::to_string(dim) + "/bk:" + std::to_string(bk) + "/kv:" + dtype_name<T>();
+      benchmark::RegisterBenchmark(("prefill/" + id + shape + "/N:" + std::to_string(prefill_n)).c_str(),
+                                   [=](benchmark::State& s) { prefill<Exec, T>(s, threads, dim, bk); })
+          ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.2);
+    }
+  }
+}
+
+template <class Exec, class T>
+void register_decode(const std::string& name, int threads) {
+  const std::string id = "exec:" + name + "/threads:" + std::to_string(threads);
+  for (const std::int32_t n : decode_lengths) {
+    for (const std::int32_t dim : dims) {
+      for (const std::int32_t bk : block_sizes) {
+        for (const std::int32_t sel : {1, 8}) {
+          if (sel != 1 && n != decode_lengths[1]) continue;  // the gather at the longest length only
+          const std::string row = "decode/" + id + "/dim:" + std::to_string(dim) + "/bk:" + std::to_string(bk) +
+                                  "/kv:" + dtype_name<T>() + "/sel:" + (sel == 1 ? "all" : "1/" + std::to_string(sel)) +
+                                  "/N:" + std::to_string(n);
+          benchmark::RegisterBenchmark(row.c_str(), [=](benchmark::State& s) { decode<Exec, T>(s, threads, dim, bk, n, sel); })
+              ->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void register_dtype() {
+  // Peers first, in the same process and on the same data as the executors after them.
+  if constexpr (std::is_same_v<T, float>) {
+    for (const std::int32_t dim : dims) {
+      for (const int threads : {1, 2}) {
+        benchmark::RegisterBenchmark(("prefill/peer:eigen_attention/threads:" + std::to_string(threads) + "/dim:" +
+                                      std::to_string(dim) + "/kv:fp32/N:" + std::to_string(prefill_n)).c_str(),
+                                     [=](benchmark::State& s) { eigen_attention_peer(s, threads, dim); })
+            ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.2);
+      }
+      benchmark::RegisterBenchmark(("gemm/peer:eigen/threads:2/dim:" + std::to_string(dim) + "/M:" + std::to_string(prefill_n)).c_str(),
+                                   [=](benchmark::State& s) { gemm_peer(s, 2, dim); })
+          ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.2);
+    }
+  }
+  register_executor<skim::exec::scalar, T>("scalar", 1);
+#if defined(SKIM_BENCH_HAS_SIMD) && defined(__AVX2__)
+  register_executor<skim::exec::simd<xsimd::avx2>, T>("simd_avx2", 2);
+#endif
+#if defined(SKIM_BENCH_HAS_SIMD) && defined(__AVX512F__)
+  register_executor<skim::exec::simd<xsimd::avx512f>, T>("simd_avx512f", 2);
+#endif
+}
+
+template <class T>
+void register_decode_dtype() {
+  for (const std::int32_t n : decode_lengths) {
+    for (const std::int32_t dim : dims) {
+      const double bytes = 2.0 * n * heads_kv * dim * sizeof(T);
+      benchmark::RegisterBenchmark(("decode/peer:stream/threads:2/dim:" + std::to_string(dim) + "/kv:" + dtype_name<T>() +
+                                    "/N:" + std::to_string(n)).c_str(),
+                                   [=](benchmark::State& s) { stream_peer(s, 2, bytes); })
+          ->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+    }
+  }
+  register_decode<skim::exec::scalar, T>("scalar", 1);
+#if defined(SKIM_BENCH_HAS_SIMD) && defined(__AVX2__)
+  register_decode<skim::exec::simd<xsimd::avx2>, T>("simd_avx2", 2);
+#endif
+#if defined(SKIM_BENCH_HAS_SIMD) && defined(__AVX512F__)
+  register_decode<skim::exec::simd<xsimd::avx512f>, T>("simd_avx512f", 2);
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_dtype<float>();
+  register_dtype<skim::half>();
+  register_dtype<skim::bfloat16>();
+  register_decode_dtype<float>();
+  register_decode_dtype<skim::half>();
+  register_decode_dtype<skim::bfloat16>();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
