@@ -1,0 +1,300 @@
+#pragma once
+// skim::exec::simd<Arch> — the vectorised CPU executor, on xsimd (avx2, avx512f, neon64, or any
+// xsimd arch the translation unit is compiled for: simd<xsimd::default_arch> always works).
+//
+// It computes what exec::scalar computes, with the same interface, checks and statuses, plus work
+// items for threads. A *unit* is (sequence, query block, index head): with one index per kv head the
+// whole GQA group's query heads, so each K/V tile is read and converted to float once per group.
+//
+// Prefill units (more than decode_max_queries queries), per selected tile:
+//   K tile → float, transposed (Kᵀ [head_dim, keys]); V tile → float rows; then per block of
+//   mr rows: S = (scale·Q)·Kᵀ by a register-blocked FMA microkernel (mr rows × nv registers of keys,
+//   no reduction), online softmax with xsimd::exp (masking = a shorter row, only on partial tiles),
+//   U = α·U + P·V by a second microkernel (mr rows × nv registers of head_dim).
+// Decode units (at most decode_max_queries queries, e.g. one query per sequence): K tile → float
+//   rows, S by dot products (a block of rows × keys filling one register, reduced by xsimd::haddp).
+//   A unit whose row may hold more than chunk_blocks() blocks is split into chunks of chunk_blocks()
+//   consecutive selected ids. Each chunk is a work item writing a partial (m, l, u) to the shared
+//   workspace; the item that finishes a unit's last chunk merges the partials by LSE in chunk order
+//   and writes O. The split depends on the problem only (never on threads), so O and LSE are
+//   bit-identical for any thread count and any assignment of items to threads.
+//
+// Threads: item_count(p) items; run_items(args, ws, first, last, slot) runs some of them with slot's
+// scratch, after prepare(args, ws) (checks + resets the merge counters). run(args, ws) runs all
+// items on the calling thread; run(args, ws, threads) uses parallel_for. Workspace:
+// workspace_bytes(p, slots) = shared partials + slots × per-thread tiles. run never allocates
+// (run(args, ws, threads > 1) spawns std::threads, which do: see core/parallel.hpp).
+
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "skim/concepts/block_index.hpp"
+#include "skim/concepts/executor.hpp"
+#include "skim/config.hpp"
+#include "skim/core/attention_args.hpp"
+#include "skim/core/dtypes.hpp"
+#include "skim/core/parallel.hpp"
+#include "skim/core/problem.hpp"
+#include "skim/core/softmax_state.hpp"
+#include "skim/core/status.hpp"
+#include "skim/core/views.hpp"
+#include "skim/core/workspace.hpp"
+#include "skim/exec/cpu/simd_kernels.hpp"
+#include "skim/exec/cpu/simd_ops.hpp"
+#include "skim/index/causal_all.hpp"
+
+namespace skim::exec {
+
+template <class Arch>
+struct simd {
+  static_assert(Arch::supported(),
+                "skim::exec::simd<Arch>: Arch is not enabled in this translation unit; compile it with the "
+                "arch's flags (avx2: -mavx2 -mfma; avx512f: -mavx512f -mavx512dq; neon64: an aarch64 target) "
+                "or use xsimd::default_arch");
+
+  using kernels = simd_detail::kernels<Arch>;
+
+  // Keys per decode chunk (rounded down to whole blocks, at least one block). A property of the
+  // problem, never of the thread count. 2048 keys: a chunk's K+V at fp16, d = 128 is 1 MiB.
+  std::int32_t decode_chunk_keys = 2048;
+  // Units whose query block holds at most this many queries take the decode path.
+  std::int32_t decode_max_queries = 4;
+
+  [[nodiscard]] std::int32_t chunk_blocks(const problem& p) const noexcept {
+    const std::int32_t n = p.block_kv > 0 ? decode_chunk_keys / p.block_kv : 1;
+    return n > 0 ? n : 1;
+  }
+
+  // Scratch for `slots` concurrent runners of items (run_items' slot < slots).
+  [[nodiscard]] std::size_t workspace_bytes(const problem& p, std::int32_t slots = 1) const noexcept {
+    if (!shape_ok(p)) return 0;  // run() rejects this problem before touching the workspace
+    const layout l = measure(p);
+    return l.shared + static_cast<std::size_t>(slots < 1 ? 1 : slots) * l.per_slot;
+  }
+
+  [[nodiscard]] status can_implement(const problem& p) const noexcept { return validate(p); }
+
+  // Work items: one per prefill unit, one per chunk of a decode unit. Problem-only.
+  [[nodiscard]] std::int64_t item_count(const problem& p) const noexcept {
+    if (!shape_ok(p) || !validate(p).ok()) return 0;
+    std::int64_t n = 0;
+    for_each_unit(p, [&](const unit& u) { n += u.chunks; return false; });
+    return n;
+  }
+
+  // Checks everything run() checks and resets the decode merge counters.
+  // @post run_items may run any items, in any order and on any threads, each item exactly once.
+  template <element TQ, kv_source KV, block_index Index, element TO>
+  [[nodiscard]] status prepare(const attention_args<TQ, KV, Index, TO>& a, std::span<std::byte> workspace,
+                               std::int32_t slots = 1) const noexcept {
+    SKIM_TRY(check_args(a));
+    SKIM_TRY(a.index.validate(a.prob));
+    SKIM_TRY(check_workspace(workspace, workspace_bytes(a.prob, slots)));
+    const layout l = measure(a.prob);
+    workspace_arena arena(workspace);
+    const shared_area sh = carve_shared(a.prob, l, arena);
+    for (std::int32_t& c : sh.counters) c = 0;
+    return status::success();
+  }
+
+  // Runs items [first, last) with the scratch of `slot`.
+  // @pre prepare(a, workspace, slots) succeeded with slot < slots, and no item runs twice.
+  template <element TQ, kv_source KV, block_index Index, element TO>
+  [[nodiscard]] status run_items(const attention_args<TQ, KV, Index, TO>& a, std::span<std::byte> workspace,
+                                 std::int64_t first, std::int64_t last, std::int32_t slot = 0) const noexcept {
+    const problem& p = a.prob;
+    const layout l = measure(p);
+    if (workspace.size() < l.shared + static_cast<std::size_t>(slot + 1) * l.per_slot) {
+      return status::error(status_code::workspace_too_small, "workspace has %zu bytes, slot %d needs %zu",
+                           workspace.size(), slot, l.shared + static_cast<std::size_t>(slot + 1) * l.per_slot);
+    }
+    workspace_arena arena(workspace);
+    const shared_area sh = carve_shared(p, l, arena);
+    workspace_arena slot_arena(workspace.subspan(l.shared + static_cast<std::size_t>(slot) * l.per_slot, l.per_slot));
+    const typename kernels::tiles t = kernels::tiles::carve(p, max_unit_rows(p), slot_arena);
+    const KV kv = a.kv.bind(p);
+    status result;
+    for_each_unit(p, [&](const unit& u) {
+      if (u.first_item >= last) return true;  // stop the walk
+      for (std::int32_t c = 0; c < u.chunks; ++c) {
+        const std::int64_t item = u.first_item + c;
+        if (item < first || item >= last) continue;
+        result = run_chunk(a, kv, t, sh, u, c);
+        if (!result.ok()) return true;
+      }
+      return false;
+    });
+    return result;
+  }
+
+  template <element TQ, kv_source KV, block_index Index, element TO>
+  [[nodiscard]] status run(const attention_args<TQ, KV, Index, TO>& a, std::span<std::byte> workspace) const noexcept {
+    SKIM_TRY(prepare(a, workspace));
+    return run_items(a, workspace, 0, item_count(a.prob), 0);
+  }
+
+  // @pre workspace.size() >= workspace_bytes(a.prob, threads)
+  template <element TQ, kv_source KV, block_index Index, element TO>
+  [[nodiscard]] status run(const attention_args<TQ, KV, Index, TO>& a, std::span<std::byte> workspace,
+                           std::int32_t threads) const noexcept {
+    threads = threads < 1 ? 1 : (threads > max_parallel_threads ? max_parallel_threads : threads);
+    SKIM_TRY(prepare(a, workspace, threads));
+    status results[max_parallel_threads];
+    parallel_for(item_count(a.prob), threads, [&](std::int32_t slot, std::int64_t first, std::int64_t last) {
+      if (!results[slot].ok()) return;
+      results[slot] = run_items(a, workspace, first, last, slot);
+    });
+    for (std::int32_t s = 0; s < threads; ++s) SKIM_TRY(results[s]);
+    return status::success();
+  }
+
+ private:
+  struct layout {
+    std::size_t shared = 0;    // bytes of the shared area (decode partials, counters)
+    std::size_t per_slot = 0;  // bytes of one slot's tiles (a multiple of workspace_alignment)
+    std::int64_t partial_rows = 0;  // Σ over split units of chunks × unit rows
+    std::int64_t split_units = 0;
+  };
+
+  struct shared_area {
+    std::span<softmax_state> states;  // [partial_rows]
+    std::span<float> u;               // [partial_rows, dim_stride]
+    std::span<std::int32_t> counters; // [split_units] chunks finished
+  };
+
+  // One unit and where its items and partials live.
+  struct unit {
+    row_info row;
+    std::int32_t first_head = 0;
+    std::int32_t heads = 0;
+    std::int32_t rows = 0;            // heads × queries
+    bool decode = false;
+    std::int32_t chunks = 1;          // > 1 only for a split decode unit
+    std::int64_t first_item = 0;
+    std::int64_t split_index = -1;    // counter of a split unit
+    std::int64_t partial_first = 0;   // first partial row of a split unit (chunk-major)
+  };
+
+  [[nodiscard]] static bool shape_ok(const problem& p) noexcept {
+    return p.heads_q > 0 && p.heads_kv > 0 && p.heads_q % p.heads_kv == 0 && p.head_dim > 0 && p.block_q > 0 &&
+           p.block_kv > 0;
+  }
+
+  [[nodiscard]] static std::int32_t heads_per_unit(const problem& p) noexcept {
+    return p.scope == index_scope::kv_head ? p.group_size() : 1;
+  }
+
+  [[nodiscard]] static std::int32_t max_unit_rows(const problem& p) noexcept {
+    return heads_per_unit(p) * p.block_q;
+  }
+
+  // Calls f(unit) for every unit in order until f returns true.
+  template <class F>
+  void for_each_unit(const problem& p, F&& f) const noexcept {
+    std::int64_t row_base = 0, item = 0, split = 0, partial = 0;
+    const std::int32_t cb = chunk_blocks(p);
+    for (std::int32_t b = 0; b < p.batch(); ++b) {
+      const std::int32_t nqb = p.q_blocks(b);
+      for (std::int32_t i = 0; i < nqb; ++i) {
+        for (std::int32_t ih = 0; ih < p.index_heads(); ++ih) {
+          unit u;
+          u.row = make_row_info(p, row_base, b, i, ih);
+          u.heads = heads_per_unit(p);
+          u.first_head = p.scope == index_scope::kv_head ? ih * p.group_size() : ih;
+          const std::int32_t queries = u.row.q_end - u.row.q_begin;
+          u.rows = u.heads * queries;
+          u.decode = queries <= decode_max_queries;
+          u.first_item = item;
+          if (u.decode && u.row.visible_blocks > cb) {
+            u.chunks = (u.row.visible_blocks + cb - 1) / cb;
+            u.split_index = split++;
+            u.partial_first = partial;
+            partial += static_cast<std::int64_t>(u.chunks) * u.rows;
+          }
+          item += u.chunks;
+          if (f(u)) return;
+        }
+      }
+      row_base += nqb;
+    }
+  }
+
+  [[nodiscard]] layout measure(const problem& p) const noexcept {
+    layout l;
+    for_each_unit(p, [&](const unit& u) {
+      if (u.chunks > 1) {
+        l.partial_rows += static_cast<std::int64_t>(u.chunks) * u.rows;
+        ++l.split_units;
+      }
+      return false;
+    });
+    workspace_arena shared;
+    (void)carve_shared(p, l, shared);
+    l.shared = align_up(shared.bytes(), workspace_alignment);
+    workspace_arena tiles;
+    (void)kernels::tiles::carve(p, max_unit_rows(p), tiles);
+    l.per_slot = align_up(tiles.bytes(), workspace_alignment);
+    return l;
+  }
+
+  [[nodiscard]] static shared_area carve_shared(const problem& p, const layout& l, workspace_arena& arena) noexcept {
+    shared_area s;
+    const std::size_t ds = kernels::dim_stride(p);
+    s.states = arena.take<softmax_state>(static_cast<std::size_t>(l.partial_rows));
+    s.u = arena.take<float>(static_cast<std::size_t>(l.partial_rows) * ds);
+    s.counters = arena.take<std::int32_t>(static_cast<std::size_t>(l.split_units));
+    return s;
+  }
+
+  // Item `chunk` of unit u.
+  template <class Args, class KV>
+  [[nodiscard]] status run_chunk(const Args& a, const KV& kv, const typename kernels::tiles& t, const shared_area& sh,
+                                 const unit& u, std::int32_t chunk) const noexcept {
+    const problem& p = a.prob;
+    const std::int32_t queries = u.row.q_end - u.row.q_begin;
+    const std::int64_t q_first = static_cast<std::int64_t>(p.cu_seqlens_q[u.row.seq]) + u.row.q_begin;
+    const std::int32_t kv_head = u.first_head / p.group_size();
+    kernels::load_q(a.q, t, p, q_first, u.first_head, u.heads, queries);
+
+    const std::int32_t cb = chunk_blocks(p);
+    const std::int64_t pos_first = u.chunks > 1 ? static_cast<std::int64_t>(chunk) * cb : 0;
+    const std::int64_t pos_last = u.chunks > 1 ? pos_first + cb : INT64_MAX;
+    std::int64_t pos = 0;
+    std::int32_t prev = -1;
+    for (auto c = a.index.cursor(u.row); !c.done() && pos < pos_last; c.next(), ++pos) {
+      const std::int32_t id = static_cast<std::int32_t>(c.id());
+      SKIM_TRY(check_block_id(u.row, id, prev));
+      prev = id;
+      if (pos < pos_first) continue;
+      kernels::tile(kv, t, p, u.row, kv_head, id, u.rows, queries, u.decode);
+    }
+
+    if (u.chunks == 1) {
+      kernels::finish(a.o, a.lse, t, p, q_first, u.first_head, u.heads, queries);
+      return status::success();
+    }
+    // A split unit: publish this chunk's partial, and merge if it was the last one to finish.
+    const std::size_t ds = kernels::dim_stride(p);
+    const std::int64_t base = u.partial_first + static_cast<std::int64_t>(chunk) * u.rows;
+    for (std::int32_t r = 0; r < u.rows; ++r) {
+      sh.states[static_cast<std::size_t>(base + r)] = t.state[static_cast<std::size_t>(r)];
+      kernels::copy(t.u.data() + static_cast<std::size_t>(r) * ds,
+                    sh.u.data() + static_cast<std::size_t>(base + r) * ds, p.head_dim);
+    }
+    std::atomic_ref<std::int32_t> done(sh.counters[static_cast<std::size_t>(u.split_index)]);
+    if (done.fetch_add(1, std::memory_order_acq_rel) + 1 != u.chunks) return status::success();
+    done.store(0, std::memory_order_relaxed);  // ready for the next run without prepare()
+    kernels::merge_partials(sh.states.data() + u.partial_first, sh.u.data() + static_cast<std::size_t>(u.partial_first) * ds,
+                            u.chunks, u.rows, t, p);
+    kernels::finish(a.o, a.lse, t, p, q_first, u.first_head, u.heads, queries);
+    return status::success();
+  }
+};
+
+}  // namespace skim::exec

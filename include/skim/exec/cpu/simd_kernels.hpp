@@ -1,0 +1,332 @@
+#pragma once
+// The tile kernels of exec::simd<Arch>: Q/K/V tiles in float, the two FMA microkernels, the
+// vectorised online softmax, partial-state merge and the output. Private to simd.hpp.
+//
+// Register blocking (mr rows × nv registers): every kernel keeps mr·nv accumulators live and
+// reloads one operand per register, broadcasting the other.
+//   S = Q·Kᵀ  prefill: Kᵀ [head_dim, keys]; per d: nv loads of Kᵀ, mr broadcasts of Q, mr·nv FMAs.
+//             decode:  K rows; mr rows × (width/mr) keys of dot products fill `width` accumulators,
+//                      reduced together by one sum_rows (haddp).
+//   U = α·U + P·V     per key: nv loads of V, mr broadcasts of P, mr·nv FMAs; α applied once per tile.
+// Arches with 32 vector registers (AVX-512, NEON64) use 4 × 4, the others 4 × 2.
+//
+// Padding contract of the tiles (all strides are multiples of 16 floats, so every row is aligned):
+//  - Q rows beyond the unit's rows, and Q, K-row and V columns in [head_dim, dim_pad), are zero;
+//  - K/V entries of keys beyond the tile hold anything: scores there are overwritten with -inf
+//    before the softmax reads them (masking = a shorter row), so P is exactly 0 on them and the
+//    P·V loop stops at the last key any row of the block sees.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include <xsimd/xsimd.hpp>
+
+#include "skim/config.hpp"
+#include "skim/core/dtypes.hpp"
+#include "skim/core/problem.hpp"
+#include "skim/core/softmax_state.hpp"
+#include "skim/core/views.hpp"
+#include "skim/core/workspace.hpp"
+#include "skim/exec/cpu/simd_ops.hpp"
+
+namespace skim::exec::simd_detail {
+
+template <class Arch>
+struct kernels {
+  using batch = fbatch<Arch>;
+  static constexpr std::int32_t w = width<Arch>;
+  static constexpr std::int32_t mr = 4;
+  static constexpr std::int32_t nv = derives<Arch, xsimd::avx512f> || derives<Arch, xsimd::neon64> ? 4 : 2;
+  static constexpr std::int32_t decode_keys = w / mr;  // keys per dot-product block
+  static_assert(w % mr == 0, "a decode block of mr rows must fill whole registers");
+  static constexpr std::size_t floats_per_line = workspace_alignment / sizeof(float);
+
+  [[nodiscard]] static std::size_t dim_stride(const problem& p) noexcept {
+    return align_up(static_cast<std::size_t>(p.head_dim), floats_per_line);
+  }
+  [[nodiscard]] static std::int32_t dim_pad(const problem& p) noexcept {
+    return (p.head_dim + w - 1) / w * w;
+  }
+
+  // One slot's scratch. Rows of a unit are r = head_in_unit · queries + query.
+  struct tiles {
+    std::size_t ds = 0;  // dim stride
+    std::size_t ks = 0;  // key stride
+    std::span<float> q;      // [rows_pad, ds]  scale · Q
+    std::span<float> kt;     // [head_dim, ks]  Kᵀ (prefill)
+    std::span<float> kr;     // [ks, ds]        K rows (decode)
+    std::span<float> v;      // [block_kv, ds]  V rows
+    std::span<float> s;      // [mr, ks]        scores, then probabilities, of one row block
+    std::span<float> u;      // [rows_pad, ds]  unnormalised output
+    std::span<softmax_state> state;  // [rows_pad]
+    std::span<std::int32_t> keys;    // [block_q] keys of the current tile each query sees
+
+    [[nodiscard]] static tiles carve(const problem& p, std::int32_t max_rows, workspace_arena& arena) noexcept {
+      tiles t;
+      t.ds = dim_stride(p);
+      t.ks = align_up(static_cast<std::size_t>(p.block_kv), floats_per_line);
+      const std::size_t rows_pad = align_up(static_cast<std::size_t>(max_rows), mr);
+      t.q = arena.take<float>(rows_pad * t.ds);
+      t.kt = arena.take<float>(static_cast<std::size_t>(p.head_dim) * t.ks);
+      t.kr = arena.take<float>(t.ks * t.ds);
+      t.v = arena.take<float>(static_cast<std::size_t>(p.block_kv) * t.ds);
+      t.s = arena.take<float>(static_cast<std::size_t>(mr) * t.ks);
+      t.u = arena.take<float>(rows_pad * t.ds);
+      t.state = arena.take<softmax_state>(rows_pad);
+      t.keys = arena.take<std::int32_t>(static_cast<std::size_t>(p.block_q));
+      return t;
+    }
+  };
+
+  // dst[0, dim_pad) = scale · src[0, d), zeros after d. Vector loads read only src[0, d).
+  template <element T>
+  SKIM_FORCEINLINE static void convert_row(const T* src, float* dst, std::int32_t d, float scale) noexcept {
+    std::int32_t e = 0;
+    for (; e + w <= d; e += w) (load_float<Arch>(src + e) * batch(scale)).store_aligned(dst + e);
+    if (e < d) (load_float_partial<Arch>(src + e, d - e) * batch(scale)).store_aligned(dst + e);
+  }
+
+  template <class TQ>
+  static void load_q(const strided_view<const TQ>& qv, const tiles& t, const problem& p, std::int64_t q_first,
+                     std::int32_t first_head, std::int32_t heads, std::int32_t queries) noexcept {
+    const std::int32_t rows = heads * queries;
+    const std::int32_t rows_pad = (rows + mr - 1) / mr * mr;
+    const std::int32_t dp = dim_pad(p);
+    const float scale = p.scale();
+    for (std::int32_t r = 0; r < rows_pad; ++r) {
+      float* q = t.q.data() + static_cast<std::size_t>(r) * t.ds;
+      float* u = t.u.data() + static_cast<std::size_t>(r) * t.ds;
+      if (r < rows) {
+        convert_row(qv.row(q_first + r % queries, first_head + r / queries), q, p.head_dim, scale);
+      } else {
+        for (std::int32_t e = 0; e < dp; e += w) batch(0.0f).store_aligned(q + e);
+      }
+      for (std::int32_t e = 0; e < dp; e += w) batch(0.0f).store_aligned(u + e);
+      t.state[static_cast<std::size_t>(r)] = softmax_state{};
+    }
+  }
+
+  // S[0..mr)[j0, j0 + NV·w) = Q[r0..r0+mr) · Kᵀ[:, j0 ...).
+  template <int NV>
+  SKIM_FORCEINLINE static void scores_kt(const float* SKIM_RESTRICT q, const float* SKIM_RESTRICT kt, std::size_t ds,
+                                         std::size_t ks, std::int32_t d, float* SKIM_RESTRICT s,
+                                         std::int32_t j0) noexcept {
+    batch acc[mr][NV];
+    for (int r = 0; r < mr; ++r)
+      for (int n = 0; n < NV; ++n) acc[r][n] = batch(0.0f);
+    const float* k = kt + j0;
+    for (std::int32_t e = 0; e < d; ++e, k += ks) {
+      batch kv[NV];
+      for (int n = 0; n < NV; ++n) kv[n] = batch::load_aligned(k + n * w);
+      for (int r = 0; r < mr; ++r) {
+        const batch qb(q[static_cast<std::size_t>(r) * ds + static_cast<std::size_t>(e)]);
+        for (int n = 0; n < NV; ++n) acc[r][n] = fmadd<Arch>(qb, kv[n], acc[r][n]);
+      }
+    }
+    for (int r = 0; r < mr; ++r)
+      for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(s + static_cast<std::size_t>(r) * ks + j0 + n * w);
+  }
+
+  // S[0..mr)[0, keys) by dot products over K rows: mr rows × decode_keys keys per haddp.
+  static void scores_rows(const float* SKIM_RESTRICT q, const float* SKIM_RESTRICT kr, std::size_t ds, std::size_t ks,
+                          std::int32_t dp, float* SKIM_RESTRICT s, std::int32_t keys) noexcept {
+    constexpr int kg = decode_keys;
+    for (std::int32_t j = 0; j < keys; j += kg) {
+      batch acc[w];
+      for (int i = 0; i < w; ++i) acc[i] = batch(0.0f);
+      for (std::int32_t e = 0; e < dp; e += w) {
+        batch kv[kg];
+        for (int k = 0; k < kg; ++k) kv[k] = batch::load_aligned(kr + static_cast<std::size_t>(j + k) * ds + e);
+        for (int r = 0; r < mr; ++r) {
+          const batch qv = batch::load_aligned(q + static_cast<std::size_t>(r) * ds + e);
+          for (int k = 0; k < kg; ++k) acc[r * kg + k] = fmadd<Arch>(qv, kv[k], acc[r * kg + k]);
+        }
+      }
+      alignas(64) float sums[w];
+      sum_rows<Arch>(acc).store_aligned(sums);
+      for (int r = 0; r < mr; ++r)
+        for (int k = 0; k < kg; ++k) s[static_cast<std::size_t>(r) * ks + j + k] = sums[r * kg + k];
+    }
+  }
+
+  // U[0..mr)[e0, e0 + NV·w) = α·U + P[0..mr)[0, keys) · V[0, keys)[e0 ...).
+  template <int NV>
+  SKIM_FORCEINLINE static void accumulate(const float* SKIM_RESTRICT pr, const float* SKIM_RESTRICT v, std::size_t ds,
+                                          std::size_t ks, std::int32_t keys, const float* alpha,
+                                          float* SKIM_RESTRICT u, std::int32_t e0) noexcept {
+    batch acc[mr][NV];
+    for (int r = 0; r < mr; ++r)
+      for (int n = 0; n < NV; ++n) acc[r][n] = batch(0.0f);
+    const float* vj = v + e0;
+    for (std::int32_t j = 0; j < keys; ++j, vj += ds) {
+      batch vv[NV];
+      for (int n = 0; n < NV; ++n) vv[n] = batch::load_aligned(vj + n * w);
+      for (int r = 0; r < mr; ++r) {
+        const batch pb(pr[static_cast<std::size_t>(r) * ks + static_cast<std::size_t>(j)]);
+        for (int n = 0; n < NV; ++n) acc[r][n] = fmadd<Arch>(pb, vv[n], acc[r][n]);
+      }
+    }
+    for (int r = 0; r < mr; ++r) {
+      float* ur = u + static_cast<std::size_t>(r) * ds + e0;
+      const batch a(alpha[r]);
+      for (int n = 0; n < NV; ++n) fmadd<Arch>(a, batch::load_aligned(ur + n * w), acc[r][n]).store_aligned(ur + n * w);
+    }
+  }
+
+  // Calls kernel<NV>(offset) over `vectors` registers: blocks of nv, then the remainder.
+  template <class F>
+  SKIM_FORCEINLINE static void over_vectors(std::int32_t vectors, F&& kernel) noexcept {
+    std::int32_t i = 0;
+    for (; i + nv <= vectors; i += nv) kernel.template operator()<nv>(i * w);
+    switch (vectors - i) {
+      case 1: kernel.template operator()<1>(i * w); break;
+      case 2: if constexpr (nv > 2) kernel.template operator()<2>(i * w); break;
+      case 3: if constexpr (nv > 3) kernel.template operator()<3>(i * w); break;
+      default: break;
+    }
+  }
+
+  // Online-softmax update of row state st with the scores s[0, n) (n = 0: the row sees none of
+  // the tile). Writes P to s[0, n_pad) (0 beyond n) and returns the rescale α of the row's U.
+  SKIM_FORCEINLINE static float softmax_row(softmax_state& st, float* SKIM_RESTRICT s, std::int32_t n,
+                                            std::int32_t n_pad) noexcept {
+    if (n == 0) {
+      for (std::int32_t j = 0; j < n_pad; j += w) batch(0.0f).store_aligned(s + j);
+      return 1.0f;
+    }
+    for (std::int32_t j = n; j < n_pad; ++j) s[j] = neg_inf;
+    batch vmax = batch::load_aligned(s);
+    for (std::int32_t j = w; j < n_pad; j += w) vmax = xsimd::max(vmax, batch::load_aligned(s + j));
+    const float tile_max = reduce_max<Arch>(vmax);
+    const float m = st.m > tile_max ? st.m : tile_max;
+    const float alpha = std::exp(st.m - m);  // 0 on the row's first tile (st.m = -inf, m finite)
+    const batch mb(m);
+    batch sum(0.0f);
+    for (std::int32_t j = 0; j < n_pad; j += w) {
+      const batch e = xsimd::exp(batch::load_aligned(s + j) - mb);  // exp(-inf) = 0 on masked keys
+      e.store_aligned(s + j);
+      sum += e;
+    }
+    st.m = m;
+    st.l = alpha * st.l + xsimd::hadd(sum);
+    return alpha;
+  }
+
+  // Converts the tile's K (transposed for prefill, rows for decode) and V to float, then runs
+  // every block of mr rows of the unit through S, softmax and P·V.
+  template <class KV>
+  static void tile(const KV& kv, const tiles& t, const problem& p, const row_info& row, std::int32_t kv_head,
+                   std::int32_t id, std::int32_t rows, std::int32_t queries, bool decode) noexcept {
+    const std::int32_t d = p.head_dim;
+    const std::int32_t dp = dim_pad(p);
+    const std::int32_t k0 = id * p.block_kv;
+    const std::int32_t tile_keys = row.kv_len - k0 < p.block_kv ? row.kv_len - k0 : p.block_kv;
+
+    for (std::int32_t j = 0; j < tile_keys; ++j) {
+      const auto* k = kv.k_row(row.seq, k0 + j, kv_head);
+      if (decode) {
+        convert_row(k, t.kr.data() + static_cast<std::size_t>(j) * t.ds, d, 1.0f);
+      } else {
+        float* kt = t.kt.data() + j;
+        for (std::int32_t e = 0; e < d; ++e) kt[static_cast<std::size_t>(e) * t.ks] = to_float(k[e]);
+      }
+      convert_row(kv.v_row(row.seq, k0 + j, kv_head), t.v.data() + static_cast<std::size_t>(j) * t.ds, d, 1.0f);
+    }
+
+    // Keys of the tile each query sees: all of them on a full tile, a prefix on a partial one.
+    if (row.is_full(id)) {
+      for (std::int32_t qq = 0; qq < queries; ++qq) t.keys[static_cast<std::size_t>(qq)] = tile_keys;
+    } else {
+      for (std::int32_t qq = 0; qq < queries; ++qq) {
+        const std::int32_t n = row.visible_keys(row.q_begin + qq, p.mask) - k0;
+        t.keys[static_cast<std::size_t>(qq)] = n < 0 ? 0 : (n > tile_keys ? tile_keys : n);
+      }
+    }
+
+    const std::int32_t rows_pad = (rows + mr - 1) / mr * mr;
+    for (std::int32_t r0 = 0; r0 < rows_pad; r0 += mr) {
+      std::int32_t n[mr];
+      std::int32_t n_max = 0;
+      for (int r = 0; r < mr; ++r) {
+        n[r] = r0 + r < rows ? t.keys[static_cast<std::size_t>((r0 + r) % queries)] : 0;
+        n_max = n[r] > n_max ? n[r] : n_max;
+      }
+      if (n_max == 0) continue;
+      const std::int32_t n_pad = (n_max + w - 1) / w * w;
+      const float* q = t.q.data() + static_cast<std::size_t>(r0) * t.ds;
+      float* s = t.s.data();
+      if (decode) {
+        scores_rows(q, t.kr.data(), t.ds, t.ks, dp, s, n_max);
+      } else {
+        over_vectors(n_pad / w, [&]<int NV>(std::int32_t j0) { scores_kt<NV>(q, t.kt.data(), t.ds, t.ks, d, s, j0); });
+      }
+      float alpha[mr];
+      for (int r = 0; r < mr; ++r) {
+        alpha[r] = softmax_row(t.state[static_cast<std::size_t>(r0 + r)], s + static_cast<std::size_t>(r) * t.ks, n[r],
+                               n_pad);
+      }
+      float* u = t.u.data() + static_cast<std::size_t>(r0) * t.ds;
+      over_vectors(dp / w, [&]<int NV>(std::int32_t e0) { accumulate<NV>(s, t.v.data(), t.ds, t.ks, n_max, alpha, u, e0); });
+    }
+  }
+
+  static void copy(const float* src, float* dst, std::int32_t d) noexcept {
+    for (std::int32_t e = 0; e < d; ++e) dst[e] = src[e];
+  }
+
+  // t.u, t.state of rows [0, rows) = the LSE merge of the chunks' partials, in chunk order.
+  // states: [chunks, rows]; u: [chunks, rows, ds].
+  static void merge_partials(const softmax_state* states, const float* u, std::int32_t chunks, std::int32_t rows,
+                             const tiles& t, const problem& p) noexcept {
+    const std::int32_t d = p.head_dim;
+    for (std::int32_t r = 0; r < rows; ++r) {
+      softmax_state st{};
+      float* dst = t.u.data() + static_cast<std::size_t>(r) * t.ds;
+      for (std::int32_t e = 0; e < d; ++e) dst[e] = 0.0f;
+      for (std::int32_t c = 0; c < chunks; ++c) {
+        const softmax_state& b = states[static_cast<std::size_t>(c) * rows + r];
+        if (b.l == 0.0f) continue;  // an empty chunk (also keeps -inf - -inf away)
+        const float* src = u + (static_cast<std::size_t>(c) * rows + r) * t.ds;
+        const float m = st.m > b.m ? st.m : b.m;
+        const float ca = std::exp(st.m - m);  // 0 while st is empty
+        const float cb = std::exp(b.m - m);
+        st.m = m;
+        st.l = ca * st.l + cb * b.l;
+        std::int32_t e = 0;
+        for (; e + w <= d; e += w) {
+          fmadd<Arch>(batch(cb), batch::load_aligned(src + e), batch(ca) * batch::load_aligned(dst + e))
+              .store_aligned(dst + e);
+        }
+        for (; e < d; ++e) dst[e] = ca * dst[e] + cb * src[e];
+      }
+      t.state[static_cast<std::size_t>(r)] = st;
+    }
+  }
+
+  // O = U / l and lse = m + log l for the unit's rows; O = 0, lse = -inf for a row that saw no key.
+  template <class TO>
+  static void finish(const strided_view<TO>& o, std::span<float> lse, const tiles& t, const problem& p,
+                     std::int64_t q_first, std::int32_t first_head, std::int32_t heads, std::int32_t queries) noexcept {
+    const std::int32_t d = p.head_dim;
+    for (std::int32_t r = 0; r < heads * queries; ++r) {
+      const std::int32_t qq = r % queries, hh = r / queries;
+      const softmax_state& st = t.state[static_cast<std::size_t>(r)];
+      const float* u = t.u.data() + static_cast<std::size_t>(r) * t.ds;
+      TO* dst = o.row(q_first + qq, first_head + hh);
+      const float inv = st.l > 0.0f ? 1.0f / st.l : 0.0f;
+      std::int32_t e = 0;
+      if constexpr (std::is_same_v<TO, float>) {
+        for (; e + w <= d; e += w) (batch::load_aligned(u + e) * batch(inv)).store_unaligned(dst + e);
+      }
+      for (; e < d; ++e) dst[e] = from_float<TO>(st.l > 0.0f ? u[e] * inv : 0.0f);
+      if (!lse.empty()) {
+        lse[static_cast<std::size_t>((q_first + qq) * p.heads_q + first_head + hh)] =
+            st.l > 0.0f ? st.m + std::log(st.l) : neg_inf;
+      }
+    }
+  }
+};
+
+}  // namespace skim::exec::simd_detail
