@@ -80,8 +80,8 @@ tensors& data(std::int32_t keys) {
   const double scale = 1.0 / std::sqrt(double(dim));
   std::vector<float> kf(t.k.size()), vf(t.v.size());
   for (std::size_t i = 0; i < kf.size(); ++i) kf[i] = skim::to_float(t.k[i]), vf[i] = skim::to_float(t.v[i]);
-  std::vector<double> s(std::size_t(keys));
-  std::vector<std::int32_t> order(std::size_t(keys));
+  std::vector<double> s(static_cast<std::size_t>(keys));
+  std::vector<std::int32_t> order(static_cast<std::size_t>(keys));
   for (std::int32_t r = 0; r < rows; ++r) {
     const std::int32_t qi = r * sample;
     const std::int32_t visible = keys - chunk + qi + 1;

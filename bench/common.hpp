@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <concepts>
 #include <cmath>
 #include <cstddef>
@@ -83,8 +84,10 @@ inline std::int32_t take_max_n_flag(int& argc, char** argv, std::int32_t fallbac
 
 // ---------------------------------------------------------------------------------------------
 // Two-thread pool: the calling thread plus one persistent worker, so that a 2-thread row does not
-// pay a thread start per iteration (~50 µs, a few % of a 32K decode). The worker spins briefly,
-// then sleeps on an atomic wait: an idle pool does not steal a core from single-threaded rows.
+// pay a thread start per iteration (~50 µs, a few % of a 32K decode). The worker spins for 50 ms
+// after a job, then sleeps on an atomic wait: an idle pool does not steal a core from the
+// single-threaded rows that follow (their first 50 ms share the core with the spinning worker;
+// Google Benchmark's first iterations are its warm-up estimate).
 class pool {
  public:
   pool() : worker_([this] { loop(); }) {}
@@ -108,8 +111,7 @@ class pool {
     generation_.fetch_add(1, std::memory_order_release);
     generation_.notify_one();
     f(0);
-    while (!done_.load(std::memory_order_acquire)) {
-    }
+    while (!done_.load(std::memory_order_acquire)) cpu_relax();
   }
 
   static pool& instance() {
@@ -121,16 +123,28 @@ class pool {
   void loop() {
     std::uint64_t seen = 0;
     for (;;) {
-      int spins = 0;
+      // Spin up to spin_time (a row's iterations follow each other much faster than that, so the
+      // worker is awake when the next one starts: waking a sleeping thread can take milliseconds on a
+      // loaded machine), then sleep until the next job.
+      const auto idle_since = std::chrono::steady_clock::now();
       std::uint64_t g;
+      std::uint32_t spins = 0;
       while ((g = generation_.load(std::memory_order_acquire)) == seen) {
-        if (++spins > 200000) generation_.wait(seen);  // sleep until the next job
+        cpu_relax();
+        if ((++spins & 1023u) == 0 && std::chrono::steady_clock::now() - idle_since > spin_time) generation_.wait(seen);
       }
       seen = g;
       if (stop_.load()) return;
       (*job_)(1);
       done_.store(true, std::memory_order_release);
     }
+  }
+
+  static constexpr std::chrono::milliseconds spin_time{50};
+  static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
   }
 
   const std::function<void(int)>* job_ = nullptr;
