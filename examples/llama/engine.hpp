@@ -1,0 +1,533 @@
+#pragma once
+// skim_llama::engine — the stories260K Llama with every attention call done by skim.
+//
+// The model code is forward.hpp's; the engine plugs its attention_fn and keeps, per layer:
+//  - a paged view of forward.hpp's KV cache (skim::paged_kv over pages of page_size tokens of the
+//    cache's [tokens, kv_heads, head_dim] rows, through a page table);
+//  - skim's block summaries of K, built at prefill and appended as tokens arrive (summaries_mode::
+//    build, then append_newest per decode step, or summarize::append + kept for a later chunk);
+//  - the selected block_table, the LSE and a workspace, reused by every call.
+// Modes (engine_options):
+//  - dense:   skim's executor (scalar, or simd<xsimd::default_arch>) over index::causal_all;
+//  - skim:    sparse_attention<Summarizer, pooled_router, reserved<budgeted>, Executor> with any
+//             summarizer, budget (a share of each row's visible blocks, or k), threshold selector,
+//             block sizes and reserved branches (sink, local, recency, importance not offered);
+//  - recency: the same pipeline with reserved<budgeted{newest}>: sink + the newest blocks;
+//  - random:  reserved<budgeted{random}>: sink + newest + random blocks at the same budget;
+//  - eviction (with dense): a cache that keeps ceil(keep × blocks) blocks per (layer, kv head),
+//    chosen by skim::evict (attention_mass / recency / summary_score), evicted blocks never return;
+//    decode runs over the resident blocks, the mass is accumulated from the executor's LSE
+//    (evict::accumulate_mass), and the true attention mass of the evicted blocks is measured.
+// The attention spec uses skim-eval's syntax (eval/options.hpp) plus the engine's keys, e.g.
+//   policy=skim,summarizer=max_bound,block=16,budget=0.25,sink=1
+//   policy=dense,evict=attention_mass,keep=0.5,block=16
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eval/options.hpp"
+#include "llama/forward.hpp"
+#include "llama/model.hpp"
+#include "llama/selectors.hpp"
+#include "skim/core/attention_args.hpp"
+#include "skim/core/views.hpp"
+#include "skim/core/workspace.hpp"
+#include "skim/evict/attention_mass.hpp"
+#include "skim/evict/rank.hpp"
+#include "skim/evict/recency.hpp"
+#include "skim/evict/summary_score.hpp"
+#include "skim/exec/cpu/scalar.hpp"
+#include "skim/index/block_table.hpp"
+#include "skim/index/causal_all.hpp"
+#include "skim/pipeline.hpp"
+#include "skim/route/pooled_router.hpp"
+#include "skim/select/reserved.hpp"
+#include "skim/select/threshold.hpp"
+#include "skim/summarize/build.hpp"
+#include "skim/summarize/max_bound.hpp"
+#include "skim/summarize/mean_pool.hpp"
+#include "skim/summarize/multi_centroid.hpp"
+#include "skim/summarize/probe_max.hpp"
+#if __has_include("skim/exec/cpu/simd.hpp")
+#include "skim/exec/cpu/simd.hpp"
+#define SKIM_LLAMA_HAS_SIMD 1
+#endif
+
+namespace skim_llama {
+
+enum class attention_policy : std::uint8_t { dense, skim, recency, random };
+enum class executor_kind : std::uint8_t { scalar, simd };
+enum class eviction : std::uint8_t { none, attention_mass, recency, summary_score };
+
+struct engine_options {
+  attention_policy policy = attention_policy::dense;
+  executor_kind exec = executor_kind::scalar;
+  skim_eval::config sparse{};   // summarizer, block, bq, select, k | budget, threshold, sink, local, recency, pool, reduce, scope
+  std::uint64_t seed = 1;       // random baseline
+  eviction evict = eviction::none;
+  double keep = 0.5;            // eviction: share of each (layer, kv head)'s blocks kept
+  std::int32_t evict_sink = 1, evict_newest = 1;
+  std::int32_t evict_queries = 8;  // summary_score: recent queries per kv head group
+  std::int32_t page_size = 16;
+  std::string spec;             // as given
+};
+
+// Parses an attention spec (header comment) into out. Returns "" or the error.
+[[nodiscard]] inline std::string parse_attention(std::string_view spec, engine_options& out) {
+  engine_options o;
+  o.spec = std::string(spec);
+  std::string rest;
+  bool budget_given = false, bq_given = false, block_given = false;
+  std::size_t pos = 0;
+  while (pos < spec.size()) {
+    const std::size_t comma = std::min(spec.find(',', pos), spec.size());
+    const std::string_view item = spec.substr(pos, comma - pos);
+    pos = comma + 1;
+    const std::size_t eq = item.find('=');
+    const std::string_view key = item.substr(0, eq), value = eq == std::string_view::npos ? "" : item.substr(eq + 1);
+    const auto number = [&](double lo, double hi, double& v) {
+      return skim_eval::detail::parse_float(value, v) && v >= lo && v <= hi;
+    };
+    double v = 0;
+    if (item == "dense") {
+      o.policy = attention_policy::dense;
+    } else if (key == "policy") {
+      if (value == "dense") o.policy = attention_policy::dense;
+      else if (value == "skim") o.policy = attention_policy::skim;
+      else if (value == "recency") o.policy = attention_policy::recency;
+      else if (value == "random") o.policy = attention_policy::random;
+      else return "attention '" + o.spec + "': unknown policy '" + std::string(value) + "' (dense, skim, recency, random)";
+    } else if (key == "exec") {
+      if (value == "scalar") o.exec = executor_kind::scalar;
+#ifdef SKIM_LLAMA_HAS_SIMD
+      else if (value == "simd") o.exec = executor_kind::simd;
+#endif
+      else return "attention '" + o.spec + "': unknown executor '" + std::string(value) + "'";
+    } else if (key == "seed") {
+      if (!number(0, 1e18, v)) return "attention '" + o.spec + "': bad seed";
+      o.seed = static_cast<std::uint64_t>(v);
+    } else if (key == "evict") {
+      if (value == "none") o.evict = eviction::none;
+      else if (value == "attention_mass" || value == "mass") o.evict = eviction::attention_mass;
+      else if (value == "recency") o.evict = eviction::recency;
+      else if (value == "summary_score" || value == "summary") o.evict = eviction::summary_score;
+      else return "attention '" + o.spec + "': unknown eviction '" + std::string(value) + "' (attention_mass, recency, summary_score)";
+    } else if (key == "keep") {
+      if (!number(1e-6, 1.0, v)) return "attention '" + o.spec + "': keep outside (0, 1]";
+      o.keep = v;
+    } else if (key == "evict_sink" || key == "evict_newest" || key == "evict_queries" || key == "page") {
+      if (!number(key == "page" || key == "evict_queries" ? 1 : 0, 1 << 20, v)) return "attention '" + o.spec + "': bad " + std::string(key);
+      (key == "evict_sink" ? o.evict_sink : key == "evict_newest" ? o.evict_newest : key == "page" ? o.page_size : o.evict_queries) =
+          static_cast<std::int32_t>(v);
+    } else {
+      budget_given |= key == "budget" || key == "k" || key == "select";
+      bq_given |= key == "bq";
+      block_given |= key == "block";
+      rest += (rest.empty() ? "" : ",") + std::string(item);
+    }
+  }
+  if (!budget_given) rest += (rest.empty() ? "" : ",") + std::string("budget=1");
+  if (!block_given) rest += ",block=16";  // the engine's default key block: 32 blocks at 512 tokens
+  if (const std::string e = skim_eval::parse_config(rest, o.sparse); !e.empty()) return "attention '" + o.spec + "': " + e;
+  if (!bq_given) o.sparse.bq = 1;  // each query picks its own blocks, as in decode
+  if (o.evict != eviction::none && o.policy != attention_policy::dense) {
+    return "attention '" + o.spec + "': eviction runs with policy=dense (attention over the resident blocks)";
+  }
+  if (o.policy != attention_policy::skim && o.sparse.select != skim_eval::selector_kind::top_k) {
+    return "attention '" + o.spec + "': the recency and random baselines take budget=B or k=N";
+  }
+  out = std::move(o);
+  return {};
+}
+
+struct engine_stats {
+  double pairs_read = 0.0;    // (query, kv head, key) triples the index read
+  double pairs_causal = 0.0;  // the same under dense causal attention
+  double evicted_mass = 0.0;  // Σ over (decode step, layer, query head) of the true mass in evicted blocks
+  std::int64_t evicted_samples = 0;
+  skim::stage_times times;
+  [[nodiscard]] double density() const { return pairs_causal > 0 ? pairs_read / pairs_causal : 1.0; }
+  [[nodiscard]] double eviction_loss() const { return evicted_samples > 0 ? evicted_mass / static_cast<double>(evicted_samples) : 0.0; }
+};
+
+namespace engine_detail {
+
+struct layer_state {
+  std::vector<float> summaries;  // [max_blocks, heads_kv, record_floats]
+  std::int32_t summarized = 0;   // keys appended to the summaries
+  std::vector<std::int32_t> ids, count;
+  std::vector<float> lse;
+  skim::workspace_buffer ws;
+  std::vector<float> mass, true_mass, head_mass;          // [max_blocks, heads_kv], ..., [max_blocks]
+  std::vector<std::vector<std::int32_t>> resident;        // [heads_kv] ids kept in the cache, ascending
+  std::vector<std::vector<float>> recent_q;               // [heads_kv] [<= evict_queries * group, head_dim]
+  std::vector<std::int32_t> keep_ids, evict_ids;
+  void reserve_ws(std::size_t bytes) {
+    if (ws.size() < bytes) ws = skim::workspace_buffer(bytes);
+  }
+};
+
+// What every call shares: the problem of one sequence and the paged view of this layer's cache.
+struct call {
+  std::int32_t cu_q[2] = {0, 0}, cu_kv[2] = {0, 0}, indptr[2] = {0, 0};
+  skim::problem p;
+  skim::paged_kv<float> kv;
+  skim::strided_view<const float> q;
+  skim::strided_view<float> o;
+  call(const attention_args& a, std::int32_t block_q, std::int32_t block_kv, skim::index_scope scope, std::int32_t page_size,
+       std::int32_t pages, std::span<const std::int32_t> page_table)
+      : cu_q{0, a.n_q}, cu_kv{0, a.n_kv}, indptr{0, pages} {
+    p = {.heads_q = a.heads_q, .heads_kv = a.heads_kv, .head_dim = a.head_dim, .block_q = block_q, .block_kv = block_kv,
+         .softmax_scale = a.scale, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv, .scope = scope};
+    kv = skim::paged_kv<float>::packed(a.k.data(), a.v.data(), pages, page_size, a.heads_kv, a.head_dim, indptr,
+                                       page_table.first(static_cast<std::size_t>(pages)));
+    q = skim::strided_view<const float>::token_major(a.q.data(), a.n_q, a.heads_q, a.head_dim);
+    o = skim::strided_view<float>::token_major(a.out.data(), a.n_q, a.heads_q, a.head_dim);
+  }
+  call(const call&) = delete;
+};
+
+// (query, kv head, key) triples a block table reads, over its rows.
+inline double pairs_read(const skim::problem& p, skim::index::block_table t) {
+  double n = 0;
+  (void)skim::for_each_row(p, [&](const skim::row_info& r) {
+    const double heads = p.scope == skim::index_scope::kv_head ? 1.0 : 1.0 / p.group_size();
+    for (auto c = t.cursor(r); !c.done(); c.next()) {
+      for (std::int32_t qi = r.q_begin; qi < r.q_end; ++qi) {
+        const std::int32_t vis = r.visible_keys(qi, p.mask);
+        n += heads * std::max(0, std::min((c.id() + 1) * p.block_kv, vis) - c.id() * p.block_kv);
+      }
+    }
+  });
+  return n;
+}
+inline double pairs_causal(const attention_args& a) {
+  double n = 0;
+  for (std::int32_t i = 0; i < a.n_q; ++i) n += i + a.n_kv - a.n_q + 1;
+  return n * a.heads_kv;
+}
+
+struct backend {
+  virtual ~backend() = default;
+  [[nodiscard]] virtual skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) = 0;
+};
+
+struct shared_setup {
+  const engine_options* o = nullptr;
+  std::int32_t pages = 0;
+  std::span<const std::int32_t> page_table;
+  std::int32_t max_blocks = 0;
+};
+
+template <class Exec>
+struct dense_backend final : backend {
+  shared_setup s;
+  Exec exec{};
+  explicit dense_backend(shared_setup s_) : s(s_) {}
+  skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
+    const call c(a, 64, 64, skim::index_scope::kv_head, s.o->page_size, s.pages, s.page_table);
+    st.reserve_ws(exec.workspace_bytes(c.p));
+    const skim::attention_args<float, skim::paged_kv<float>, skim::index::causal_all, float> args{
+        .prob = c.p, .q = c.q, .kv = c.kv, .index = {}, .o = c.o};
+    SKIM_TRY(exec.run(args, st.ws.span()));
+    stats.pairs_read += pairs_causal(a);
+    stats.pairs_causal += pairs_causal(a);
+    return skim::status::success();
+  }
+};
+
+// Brings the layer's summaries up to n_kv keys; returns the mode for the pipeline.
+template <class S>
+[[nodiscard]] skim::status update_summaries(const call& c, layer_state& st, std::int32_t n_kv, std::int32_t n_q,
+                                            skim::summaries_mode& mode) {
+  if (st.summarized == 0 && n_kv == n_q) {
+    mode = skim::summaries_mode::build;
+  } else if (st.summarized == n_kv - 1) {
+    mode = skim::summaries_mode::append_newest;
+  } else {
+    for (std::int32_t t = st.summarized; t < n_kv; ++t) {
+      SKIM_TRY(skim::summarize::append<S>(c.p, c.kv, {.seq = 0, .position = t, .records = st.summaries}, st.ws.span()));
+    }
+    mode = skim::summaries_mode::kept;
+  }
+  st.summarized = n_kv;
+  return skim::status::success();
+}
+
+template <class S, class Dyn, class Exec>
+struct sparse_backend final : backend {
+  using pipeline = skim::sparse_attention<S, skim::route::pooled_router, skim::select::reserved<Dyn>, Exec>;
+  shared_setup s;
+  pipeline pipe;
+  sparse_backend(shared_setup s_, pipeline p) : s(s_), pipe(p) {}
+  skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
+    const skim_eval::config& cfg = s.o->sparse;
+    const call c(a, cfg.block_q(), cfg.block, cfg.scope, s.o->page_size, s.pages, s.page_table);
+    if (st.summaries.empty()) {
+      st.summaries.resize(static_cast<std::size_t>(s.max_blocks) * a.heads_kv * S::record_floats(a.head_dim));
+    }
+    st.reserve_ws(std::max(pipe.workspace_bytes(c.p), skim::summarize::workspace_bytes<S>(c.p)));
+    skim::summaries_mode mode{};
+    if (st.summarized > a.n_kv - a.n_q) st.summarized = 0;  // the cache was reset
+    SKIM_TRY(update_summaries<S>(c, st, a.n_kv, a.n_q, mode));
+    const std::int32_t width = std::max(pipe.table_width(c.p), 1);
+    const auto rows = static_cast<std::size_t>(c.p.index_rows());
+    st.ids.resize(rows * static_cast<std::size_t>(width));
+    st.count.resize(rows);
+    const skim::index::mutable_block_table table{.ids = st.ids, .count = st.count, .width = width};
+    const skim::pipeline_args<float, skim::paged_kv<float>, float> args{
+        .prob = c.p, .q = c.q, .kv = c.kv, .o = c.o, .summaries = st.summaries, .mode = mode, .selected = table};
+    skim::stage_times t;
+    SKIM_TRY(pipe.run(args, st.ws.span(), &t));
+    stats.times += t;
+    stats.pairs_read += pairs_read(c.p, table);
+    stats.pairs_causal += pairs_causal(a);
+    return skim::status::success();
+  }
+};
+
+// Dense attention over the resident blocks of a cache that evicts (decode only: n_q = 1).
+template <class S, class Exec>
+struct evict_backend final : backend {
+  shared_setup s;
+  Exec exec{};
+  explicit evict_backend(shared_setup s_) : s(s_) {}
+
+  template <class E>
+  skim::status shrink(const E& policy, layer_state& st, std::int32_t blocks, std::int32_t keep, std::int32_t h,
+                      std::int32_t heads_kv, std::int32_t head_dim) {
+    std::vector<std::int32_t>& res = st.resident[static_cast<std::size_t>(h)];
+    for (std::int32_t b = 0; b < blocks; ++b) st.head_mass[static_cast<std::size_t>(b)] = st.mass[static_cast<std::size_t>(b * heads_kv + h)];
+    const skim::evict::request req{.blocks = blocks, .resident = res, .keep = keep, .sink = s.o->evict_sink, .newest = s.o->evict_newest};
+    const skim::evict::evidence ev{.mass = st.head_mass, .records = st.summaries, .heads_kv = heads_kv, .head = h,
+                                   .head_dim = head_dim, .queries = st.recent_q[static_cast<std::size_t>(h)]};
+    skim::evict::decision d{.keep_ids = st.keep_ids, .evict_ids = st.evict_ids};
+    SKIM_TRY(skim::evict::rank(policy, req, ev, d, st.ws.span()));
+    res.assign(st.keep_ids.begin(), st.keep_ids.begin() + d.keep_count);
+    return skim::status::success();
+  }
+
+  skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
+    if (a.n_q != 1) {
+      return skim::status::error(skim::status_code::invalid_argument, "an evicting cache runs one token at a time, got %d", a.n_q);
+    }
+    const std::int32_t bk = s.o->sparse.block, hkv = a.heads_kv, hd = a.head_dim, group = a.heads_q / a.heads_kv;
+    const call c(a, 1, bk, skim::index_scope::kv_head, s.o->page_size, s.pages, s.page_table);
+    const auto mb = static_cast<std::size_t>(s.max_blocks);
+    if (st.summaries.empty()) {
+      st.summaries.resize(mb * hkv * S::record_floats(hd));
+      st.mass.assign(mb * hkv, 0.0f);
+      st.true_mass.assign(mb * hkv, 0.0f);
+      st.head_mass.assign(mb, 0.0f);
+      st.keep_ids.resize(mb);
+      st.evict_ids.resize(mb);
+    }
+    if (a.n_kv == 1) {  // a fresh sequence
+      st.summarized = 0;
+      std::fill(st.mass.begin(), st.mass.end(), 0.0f);
+      st.resident.assign(static_cast<std::size_t>(hkv), {});
+      st.recent_q.assign(static_cast<std::size_t>(hkv), {});
+    }
+    st.reserve_ws(std::max({exec.workspace_bytes(c.p), skim::summarize::workspace_bytes<S>(c.p),
+                            skim::evict::workspace_bytes(s.max_blocks)}));
+    for (std::int32_t t = st.summarized; t < a.n_kv; ++t) {
+      SKIM_TRY(skim::summarize::append<S>(c.p, c.kv, {.seq = 0, .position = t, .records = st.summaries}, st.ws.span()));
+    }
+    st.summarized = a.n_kv;
+    const std::int32_t blocks = c.p.kv_blocks(0);
+    const auto keep = static_cast<std::int32_t>(std::ceil(s.o->keep * blocks - 1e-9 * blocks));
+    for (std::int32_t h = 0; h < hkv; ++h) {
+      std::vector<std::int32_t>& res = st.resident[static_cast<std::size_t>(h)];
+      if (res.empty() || res.back() != blocks - 1) res.push_back(blocks - 1);
+      if (static_cast<std::int32_t>(res.size()) <= keep) continue;
+      switch (s.o->evict) {
+        case eviction::attention_mass: SKIM_TRY(shrink(skim::evict::attention_mass{}, st, blocks, keep, h, hkv, hd)); break;
+        case eviction::recency: SKIM_TRY(shrink(skim::evict::recency{}, st, blocks, keep, h, hkv, hd)); break;
+        case eviction::summary_score: SKIM_TRY(shrink(skim::evict::summary_score<S>{}, st, blocks, keep, h, hkv, hd)); break;
+        case eviction::none: break;
+      }
+    }
+    // The resident blocks as a block_table: one row per kv head.
+    std::size_t width = 1;
+    for (const auto& r : st.resident) width = std::max(width, r.size());
+    st.ids.assign(static_cast<std::size_t>(hkv) * width, -1);
+    st.count.resize(static_cast<std::size_t>(hkv));
+    for (std::int32_t h = 0; h < hkv; ++h) {
+      const auto& r = st.resident[static_cast<std::size_t>(h)];
+      std::copy(r.begin(), r.end(), st.ids.begin() + static_cast<std::ptrdiff_t>(h * width));
+      st.count[static_cast<std::size_t>(h)] = static_cast<std::int32_t>(r.size());
+    }
+    const skim::index::block_table table{.ids = st.ids, .count = st.count, .width = static_cast<std::int32_t>(width)};
+    st.lse.resize(static_cast<std::size_t>(a.heads_q));
+    const skim::attention_args<float, skim::paged_kv<float>, skim::index::block_table, float> args{
+        .prob = c.p, .q = c.q, .kv = c.kv, .index = table, .o = c.o, .lse = st.lse};
+    SKIM_TRY(exec.run(args, st.ws.span()));
+    // H2O's accumulation from the executor's LSE, and the true mass (dense over the whole cache).
+    SKIM_TRY(skim::evict::accumulate_mass(c.p, c.q, c.kv, table, st.lse, st.mass));
+    std::fill(st.true_mass.begin(), st.true_mass.end(), 0.0f);
+    SKIM_TRY(skim::evict::accumulate_mass(c.p, c.q, c.kv, skim::index::causal_all{}, {}, st.true_mass));
+    for (std::int32_t h = 0; h < hkv; ++h) {
+      const auto& r = st.resident[static_cast<std::size_t>(h)];
+      double total = 0, kept = 0;
+      for (std::int32_t b = 0; b < blocks; ++b) total += st.true_mass[static_cast<std::size_t>(b * hkv + h)];
+      for (const std::int32_t b : r) kept += st.true_mass[static_cast<std::size_t>(b * hkv + h)];
+      stats.evicted_mass += group * (total > 0 ? (total - kept) / total : 0.0);
+      stats.evicted_samples += group;
+      // Recent queries of the group, for summary_score.
+      auto& rq = st.recent_q[static_cast<std::size_t>(h)];
+      rq.insert(rq.end(), a.q.begin() + static_cast<std::ptrdiff_t>(h * group * hd),
+                a.q.begin() + static_cast<std::ptrdiff_t>((h + 1) * group * hd));
+      const auto cap = static_cast<std::size_t>(s.o->evict_queries) * group * hd;
+      if (rq.size() > cap) rq.erase(rq.begin(), rq.begin() + static_cast<std::ptrdiff_t>(rq.size() - cap));
+    }
+    stats.pairs_read += pairs_read(c.p, table);
+    stats.pairs_causal += pairs_causal(a);
+    return skim::status::success();
+  }
+};
+
+// Calls f.template operator()<S>() with the summarizer type of the config.
+template <class F>
+[[nodiscard]] std::unique_ptr<backend> with_summarizer(const skim_eval::config& c, F&& f) {
+  namespace sum = skim::summarize;
+  using skim_eval::summarizer_kind;
+  switch (c.summarizer) {
+    case summarizer_kind::mean_pool: return f.template operator()<sum::mean_pool>();
+    case summarizer_kind::max_bound: return f.template operator()<sum::max_bound>();
+    case summarizer_kind::probe_max:
+      if (c.probes == 2) return f.template operator()<sum::probe_max<2>>();
+      if (c.probes == 8) return f.template operator()<sum::probe_max<8>>();
+      return f.template operator()<sum::probe_max<4>>();
+    case summarizer_kind::multi_centroid:
+      if (c.centroids == 4) return f.template operator()<sum::multi_centroid<4>>();
+      return f.template operator()<sum::multi_centroid<2>>();
+  }
+  return nullptr;
+}
+
+template <class Exec>
+[[nodiscard]] std::unique_ptr<backend> make_backend_with(const shared_setup& s) {
+  const engine_options& o = *s.o;
+  const skim_eval::config& c = o.sparse;
+  if (o.evict != eviction::none) {
+    return with_summarizer(c, [&]<class S>() -> std::unique_ptr<backend> { return std::make_unique<evict_backend<S, Exec>>(s); });
+  }
+  if (o.policy == attention_policy::dense) return std::make_unique<dense_backend<Exec>>(s);
+  const skim::route::pooled_router router{.pool = c.pool, .reduce = c.reduce};
+  if (o.policy == attention_policy::skim && c.select == skim_eval::selector_kind::threshold) {
+    return with_summarizer(c, [&]<class S>() -> std::unique_ptr<backend> {
+      using B = sparse_backend<S, skim::select::threshold, Exec>;
+      return std::make_unique<B>(s, typename B::pipeline{
+          .router = router,
+          .selector = {.sink = c.sink, .local = c.local, .recency = c.recency,
+                       .dynamic = {.mode = c.mode, .tau = c.tau.value_or(0.0f), .k_min = c.k_min, .k_max = c.k_max}}});
+    });
+  }
+  const budgeted dyn{.how = o.policy == attention_policy::skim      ? budgeted::rule::score
+                            : o.policy == attention_policy::recency ? budgeted::rule::newest
+                                                                    : budgeted::rule::random,
+                     .share = c.budget.value_or(1.0), .k = c.k.value_or(-1), .seed = o.seed};
+  const auto make = [&]<class S>() -> std::unique_ptr<backend> {
+    using B = sparse_backend<S, budgeted, Exec>;
+    return std::make_unique<B>(s, typename B::pipeline{
+        .router = router, .selector = {.sink = c.sink, .local = c.local, .recency = c.recency, .dynamic = dyn}});
+  };
+  // The baselines ignore the scores: one cheap summarizer serves them.
+  if (o.policy != attention_policy::skim) return make.template operator()<skim::summarize::mean_pool>();
+  return with_summarizer(c, make);
+}
+
+}  // namespace engine_detail
+
+class engine {
+ public:
+  engine(const model& m, const engine_options& o, int max_tokens)
+      : m_(&m), o_(o), cache_(m.cfg, round_up(max_tokens, o.page_size)) {
+    const int pages = cache_.max_tokens / o_.page_size;
+    page_table_.resize(static_cast<std::size_t>(pages));
+    for (int i = 0; i < pages; ++i) page_table_[static_cast<std::size_t>(i)] = i;
+    const engine_detail::shared_setup s{.o = &o_, .pages = pages, .page_table = page_table_,
+                                        .max_blocks = (cache_.max_tokens + o_.sparse.block - 1) / o_.sparse.block};
+#ifdef SKIM_LLAMA_HAS_SIMD
+    backend_ = o_.exec == executor_kind::simd ? engine_detail::make_backend_with<skim::exec::simd<xsimd::default_arch>>(s)
+                                              : engine_detail::make_backend_with<skim::exec::scalar>(s);
+#else
+    backend_ = engine_detail::make_backend_with<skim::exec::scalar>(s);
+#endif
+    layers_.resize(static_cast<std::size_t>(m.cfg.n_layers));
+  }
+
+  // Drops the cache (a new sequence); statistics are kept.
+  void reset() {
+    cache_.tokens = 0;
+    for (auto& l : layers_) l.summarized = 0;
+  }
+  [[nodiscard]] int tokens() const { return cache_.tokens; }
+  [[nodiscard]] int capacity() const { return cache_.max_tokens; }
+  [[nodiscard]] const engine_options& options() const { return o_; }
+
+  // Runs tokens after the cached ones; logits [tokens.size(), vocab] or empty. An evicting cache
+  // takes them one at a time.
+  [[nodiscard]] skim::status run(std::span<const int> tokens, std::span<float> logits) {
+    forward_options fo;
+    fo.attention = [this](const attention_args& a) { return backend_->run(a, layers_[static_cast<std::size_t>(a.layer)], stats); };
+    fo.on_qkv = on_qkv;
+    if (o_.evict == eviction::none || tokens.size() <= 1) return forward(*m_, cache_, tokens, logits, fo);
+    const auto v = static_cast<std::size_t>(m_->cfg.vocab_size);
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+      SKIM_TRY(forward(*m_, cache_, tokens.subspan(t, 1), logits.empty() ? logits : logits.subspan(t * v, v), fo));
+    }
+    return skim::status::success();
+  }
+
+  // Greedy continuation of `prompt` (prefilled after a reset) by n tokens, appended to out.
+  [[nodiscard]] skim::status generate(std::span<const int> prompt, int n, std::vector<int>& out) {
+    reset();
+    const auto v = static_cast<std::size_t>(m_->cfg.vocab_size);
+    std::vector<float> logits(prompt.size() * v);
+    SKIM_TRY(run(prompt, logits));
+    int next = argmax(std::span<const float>(logits).last(v));
+    logits.resize(v);
+    for (int i = 0; i < n; ++i) {
+      out.push_back(next);
+      if (i + 1 == n || cache_.tokens >= cache_.max_tokens) break;
+      SKIM_TRY(run(std::span<const int>(&next, 1), logits));
+      next = argmax(logits);
+    }
+    return skim::status::success();
+  }
+
+  engine_stats stats;
+  qkv_hook on_qkv;
+
+ private:
+  static int round_up(int n, int m) { return (std::max(n, 1) + m - 1) / m * m; }
+  const model* m_;
+  engine_options o_;
+  kv_cache cache_;
+  std::vector<std::int32_t> page_table_;
+  std::vector<engine_detail::layer_state> layers_;
+  std::unique_ptr<engine_detail::backend> backend_;
+};
+
+// Mean next-token loss (nats) of logits [n, vocab] for ids [n] (positions 0..n-2 predict 1..n-1).
+[[nodiscard]] inline double next_token_nll(std::span<const float> logits, std::span<const int> ids, int vocab, double* sum = nullptr) {
+  double total = 0;
+  for (std::size_t t = 0; t + 1 < ids.size(); ++t) {
+    const float* r = logits.data() + t * static_cast<std::size_t>(vocab);
+    const float mx = *std::max_element(r, r + vocab);
+    double z = 0;
+    for (int j = 0; j < vocab; ++j) z += std::exp(static_cast<double>(r[j] - mx));
+    total += std::log(z) - (r[ids[t + 1]] - mx);
+  }
+  if (sum) *sum = total;
+  return ids.size() > 1 ? total / static_cast<double>(ids.size() - 1) : 0.0;
+}
+
+}  // namespace skim_llama
