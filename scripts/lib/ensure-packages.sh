@@ -8,7 +8,8 @@
 # SKIM_SKIP_PACKAGE_CHECK=1 skips the check (e.g. on a system without dpkg where the tools
 # were installed some other way).
 
-SKIM_DEBIAN_PACKAGES=(cmake g++ make libeigen3-dev libxsimd-dev doctest-dev libbenchmark-dev python3)
+SKIM_DEBIAN_PACKAGES=(cmake g++ make libeigen3-dev libxsimd-dev doctest-dev libbenchmark-dev python3
+  qemu-user g++-aarch64-linux-gnu)  # the last two: the NEON simd test (cross-build, run under qemu)
 
 skim_ensure_packages() {
   if [[ "${SKIM_SKIP_PACKAGE_CHECK:-0}" == 1 ]]; then

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <set>
@@ -36,6 +38,19 @@ namespace {
 
 #ifndef SKIM_SIMD_TEST_SCALE
 #define SKIM_SIMD_TEST_SCALE 1.0  // share of the random cases to run (the qemu build runs fewer)
+#endif
+
+// A binary built for an arch this CPU lacks would die of SIGILL: say so and exit 77 (CTest's skip).
+#if XSIMD_WITH_AVX512F || XSIMD_WITH_AVX2
+const bool cpu_has_compiled_arch = [] {
+  const auto cpu = xsimd::available_architectures();
+  if ((XSIMD_WITH_AVX512F && !(cpu.avx512f && cpu.avx512dq)) || (XSIMD_WITH_AVX2 && !cpu.avx2) ||
+      (XSIMD_WITH_FMA3_AVX2 && !cpu.fma3_avx2)) {
+    std::puts("simd_test: this CPU lacks the arch the binary was built for; skipped");
+    std::exit(77);
+  }
+  return true;
+}();
 #endif
 
 [[nodiscard]] int scaled(int cases) { return std::max(1, static_cast<int>(cases * SKIM_SIMD_TEST_SCALE)); }

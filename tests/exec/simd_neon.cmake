@@ -1,0 +1,31 @@
+# Cross-compiles tests/main.cpp + tests/exec/simd_test.cpp for aarch64 (exec::simd<xsimd::neon64>)
+# with a static link, and runs the binary under qemu-aarch64. Called by CTest (tests/CMakeLists.txt):
+#   cmake -DCXX=aarch64-linux-gnu-g++ -DQEMU=qemu-aarch64 -DSOURCE_DIR=<skim> -DWORK_DIR=<dir>
+#         -DXSIMD_INCLUDE=<dir holding xsimd/> -DDOCTEST_INCLUDE=<dir holding doctest/> -P simd_neon.cmake
+# Only a tenth of the x86 case count runs (SKIM_SIMD_TEST_SCALE): qemu is ~20x slower than native.
+foreach(var CXX QEMU SOURCE_DIR WORK_DIR XSIMD_INCLUDE DOCTEST_INCLUDE)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "simd_neon.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+# Header-only dependencies from the host, without the host's /usr/include (its glibc headers are
+# x86's): a directory of links to just xsimd/ and doctest/.
+set(deps ${WORK_DIR}/deps)
+file(MAKE_DIRECTORY ${deps})
+file(CREATE_LINK ${XSIMD_INCLUDE}/xsimd ${deps}/xsimd SYMBOLIC)
+file(CREATE_LINK ${DOCTEST_INCLUDE}/doctest ${deps}/doctest SYMBOLIC)
+
+set(binary ${WORK_DIR}/skim_simd_neon_tests)
+execute_process(
+  COMMAND ${CXX} -std=c++20 -O2 -static -pthread -DSKIM_SIMD_TEST_SCALE=0.1
+          -I${SOURCE_DIR}/include -I${SOURCE_DIR}/tests -isystem ${deps}
+          ${SOURCE_DIR}/tests/main.cpp ${SOURCE_DIR}/tests/exec/simd_test.cpp -o ${binary}
+  RESULT_VARIABLE built)
+if(NOT built EQUAL 0)
+  message(FATAL_ERROR "aarch64 build of simd_test failed (${built})")
+endif()
+execute_process(COMMAND ${QEMU} ${binary} RESULT_VARIABLE ran)
+if(NOT ran EQUAL 0)
+  message(FATAL_ERROR "simd_test under qemu-aarch64 failed (${ran})")
+endif()
