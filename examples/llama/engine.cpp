@@ -174,7 +174,9 @@ int main(int argc, char** argv) {
     wins.push_back(std::move(w));
   }
   if (wins.empty()) return usage(text_path.string() + " holds fewer than --window tokens");
-  configs.insert(configs.begin(), engine_options{.spec = "dense"});
+  engine_options dense;  // the reference row
+  dense.spec = "dense";
+  configs.insert(configs.begin(), dense);
   std::vector<std::vector<int>> dense_greedy;
   std::vector<row> rows;
   std::vector<float> logits(static_cast<std::size_t>(window) * vocab);
