@@ -149,7 +149,9 @@ TEST_CASE("quality: causal_all gives coverage 1, error ~0, recall 1 on random ca
                                   }
                                   CHECK(r.selected_keys == r.visible_keys);
                                   CHECK(r.coverage == doctest::Approx(1.0).epsilon(1e-12));
-                                  CHECK(r.error <= 1e-12);
+                                  // Two double softmaxes over the same keys in different orders: the
+                                  // error is rounding, relative to |o_dense|, which is small when d = 1.
+                                  CHECK(r.error <= 1e-9);
                                   for (double x : r.recall) CHECK(x == 1.0);
                                 });
     });
