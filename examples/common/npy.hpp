@@ -269,6 +269,12 @@ struct dict_reader {
     overflow = overflow || (ud != 0 && count > std::numeric_limits<std::uint64_t>::max() / ud);
     count *= ud;  // wraps only when overflow is set
   }
+  // A zero dimension makes the array empty whatever the others are, as in parse(): an empty array
+  // parse() accepted must serialise (found by tests/fuzz/npy_fuzz.cpp: shape [2^40, 2^40, 0]).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
+    count = 0;
+    overflow = false;
+  }
   if (overflow) return status::error(status_code::shape_mismatch, "npy: shape %s overflows", detail::shape_text(shape).c_str());
   if (count != data.size()) {
     return status::error(status_code::shape_mismatch, "npy: shape %s holds %llu elements, data has %zu",

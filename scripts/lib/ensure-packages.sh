@@ -9,7 +9,8 @@
 # were installed some other way).
 
 SKIM_DEBIAN_PACKAGES=(cmake g++ make libeigen3-dev libxsimd-dev doctest-dev libbenchmark-dev python3
-  qemu-user g++-aarch64-linux-gnu)  # the last two: the NEON simd test (cross-build, run under qemu)
+  qemu-user g++-aarch64-linux-gnu  # these two: the NEON simd test (cross-build, run under qemu)
+  clang-14 libclang-rt-14-dev)      # these two: the libFuzzer targets (scripts/fuzz, run briefly by scripts/test)
 
 skim_ensure_packages() {
   if [[ "${SKIM_SKIP_PACKAGE_CHECK:-0}" == 1 ]]; then

@@ -58,7 +58,10 @@ struct reserved {
 
   [[nodiscard]] std::int32_t max_count(std::int32_t visible_blocks) const noexcept {
     const std::int64_t v = std::max(visible_blocks, std::int32_t{0});
-    const std::int64_t fixed = std::min<std::int64_t>(sink, v) + std::min<std::int64_t>(newest(), v);
+    // sink < 0 is rejected by validate(), but the size query comes first: clamp it so that a bad
+    // parameter can never make max_count negative (a negative block_table width). Found by
+    // tests/fuzz/select_fuzz.cpp; regression test in tests/hardening/fuzz_regression_test.cpp.
+    const std::int64_t fixed = std::clamp<std::int64_t>(sink, 0, v) + std::min<std::int64_t>(newest(), v);
     return static_cast<std::int32_t>(std::min(v, fixed + dynamic.max_count(visible_blocks)));
   }
 

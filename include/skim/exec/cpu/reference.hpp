@@ -88,10 +88,15 @@ struct reference {
             }
 
             // Softmax over the seen keys; an empty set leaves sum = 0.
+            // `any_seen`, not sum > 0, decides "no visible key": a NaN or +inf score makes sum NaN,
+            // and that row must come out NaN like the other executors', not as an empty row
+            // (o = 0, lse = -inf) that hides the poison. Found by tests/hardening/numeric_test.cpp.
+            bool any_seen = false;
             double sum = 0.0;
             for (double& x : out) x = 0.0;
             for (std::int32_t j = 0; j < visible; ++j) {
               if (!seen[static_cast<std::size_t>(j)]) continue;
+              any_seen = true;
               const double w = std::exp(score[static_cast<std::size_t>(j)] - m);
               sum += w;
               const auto* vrow = kv.v_row(b, j, kv_head);
@@ -100,12 +105,12 @@ struct reference {
 
             TO* orow = a.o.row(token, h);
             for (std::int32_t e = 0; e < d; ++e) {
-              const double x = sum > 0.0 ? out[static_cast<std::size_t>(e)] / sum : 0.0;
+              const double x = any_seen ? out[static_cast<std::size_t>(e)] / sum : 0.0;
               orow[e] = from_float<TO>(static_cast<float>(x));
             }
             if (!a.lse.empty()) {
               a.lse[static_cast<std::size_t>(token * p.heads_q + h)] =
-                  sum > 0.0 ? static_cast<float>(m + std::log(sum)) : -std::numeric_limits<float>::infinity();
+                  any_seen ? static_cast<float>(m + std::log(sum)) : -std::numeric_limits<float>::infinity();
             }
           }
         }
