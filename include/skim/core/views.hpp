@@ -187,9 +187,10 @@ struct paged_kv {
   }
 };
 
-// A K/V source: validated against a problem, then read row by row.
+// A K/V source: validated against a problem, then read row by row. Quantised sources (int8 rows
+// with scales, core/quantized.hpp) declare `static constexpr bool quantized = true`.
 template <class S>
-concept kv_source = element<typename S::value_type> && requires(const S& s, const problem& p) {
+concept kv_source = (element<typename S::value_type> || requires { requires S::quantized; }) && requires(const S& s, const problem& p) {
   { s.validate(p) } -> std::same_as<status>;
   { s.bind(p) } -> std::same_as<S>;
   { s.k_row(0, 0, 0) } -> std::same_as<const typename S::value_type*>;

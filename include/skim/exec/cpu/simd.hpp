@@ -145,10 +145,14 @@ struct simd {
                            std::int32_t threads) const noexcept {
     threads = threads < 1 ? 1 : (threads > max_parallel_threads ? max_parallel_threads : threads);
     SKIM_TRY(prepare(a, workspace, threads));
+    // Items go out in grains of consecutive items, 8 per thread: run_items walks the units from the
+    // start (O(units) per call), and 8 grains per thread still balance causal prefill's uneven units.
+    const std::int64_t items = item_count(a.prob);
+    const std::int64_t grains = items < 8 * threads ? items : 8 * threads;
     status results[max_parallel_threads];
-    parallel_for(item_count(a.prob), threads, [&](std::int32_t slot, std::int64_t first, std::int64_t last) {
+    parallel_for(grains, threads, [&](std::int32_t slot, std::int64_t g, std::int64_t) {
       if (!results[slot].ok()) return;
-      results[slot] = run_items(a, workspace, first, last, slot);
+      results[slot] = run_items(a, workspace, g * items / grains, (g + 1) * items / grains, slot);
     });
     for (std::int32_t s = 0; s < threads; ++s) SKIM_TRY(results[s]);
     return status::success();

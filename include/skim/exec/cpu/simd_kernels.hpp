@@ -5,13 +5,13 @@
 // Register blocking (mr rows × nv registers): every kernel keeps mr·nv accumulators live and
 // reloads one operand per register, broadcasting the other.
 //   S = Q·Kᵀ  prefill: Kᵀ [head_dim, keys]; per d: nv loads of Kᵀ, mr broadcasts of Q, mr·nv FMAs.
-//             decode:  K rows; mr rows × (width/mr) keys of dot products fill `width` accumulators,
+//             decode:  K rows in the source, converted in registers; mr rows × (width/mr) keys of dot products fill `width` accumulators,
 //                      reduced together by one sum_rows (haddp).
 //   U = α·U + P·V     per key: nv loads of V, mr broadcasts of P, mr·nv FMAs; α applied once per tile.
 // Arches with 32 vector registers (AVX-512, NEON64) use 4 × 4, the others 4 × 2.
 //
 // Padding contract of the tiles (all strides are multiples of 16 floats, so every row is aligned):
-//  - Q rows beyond the unit's rows, and Q, K-row and V columns in [head_dim, dim_pad), are zero;
+//  - Q rows beyond the unit's rows, and Q and V columns in [head_dim, dim_pad), are zero;
 //  - K/V entries of keys beyond the tile hold anything: scores there are overwritten with -inf
 //    before the softmax reads them (masking = a shorter row), so P is exactly 0 on them and the
 //    P·V loop stops at the last key any row of the block sees.
@@ -26,6 +26,7 @@
 #include "skim/config.hpp"
 #include "skim/core/dtypes.hpp"
 #include "skim/core/problem.hpp"
+#include "skim/core/quantized.hpp"
 #include "skim/core/softmax_state.hpp"
 #include "skim/core/views.hpp"
 #include "skim/core/workspace.hpp"
@@ -56,12 +57,15 @@ struct kernels {
     std::size_t ks = 0;  // key stride
     std::span<float> q;      // [rows_pad, ds]  scale · Q
     std::span<float> kt;     // [head_dim, ks]  Kᵀ (prefill)
-    std::span<float> kr;     // [ks, ds]        K rows (decode)
+    std::span<const void*> kp;  // [ks]  K rows of the tile in the source (decode)
+    std::span<const void*> vp;  // [ks]  V rows of the tile in the source (decode)
     std::span<float> v;      // [block_kv, ds]  V rows
     std::span<float> s;      // [mr, ks]        scores, then probabilities, of one row block
     std::span<float> u;      // [rows_pad, ds]  unnormalised output
     std::span<softmax_state> state;  // [rows_pad]
     std::span<std::int32_t> keys;    // [block_q] keys of the current tile each query sees
+    std::span<float> k_scale;        // [ks] per-key scales of a quantised tile (0 beyond the tile)
+    std::span<float> v_scale;        // [ks]
 
     [[nodiscard]] static tiles carve(const problem& p, std::int32_t max_rows, workspace_arena& arena) noexcept {
       tiles t;
@@ -70,18 +74,21 @@ struct kernels {
       const std::size_t rows_pad = align_up(static_cast<std::size_t>(max_rows), mr);
       t.q = arena.take<float>(rows_pad * t.ds);
       t.kt = arena.take<float>(static_cast<std::size_t>(p.head_dim) * t.ks);
-      t.kr = arena.take<float>(t.ks * t.ds);
+      t.kp = arena.take<const void*>(t.ks);
+      t.vp = arena.take<const void*>(t.ks);
       t.v = arena.take<float>(static_cast<std::size_t>(p.block_kv) * t.ds);
       t.s = arena.take<float>(static_cast<std::size_t>(mr) * t.ks);
       t.u = arena.take<float>(rows_pad * t.ds);
       t.state = arena.take<softmax_state>(rows_pad);
       t.keys = arena.take<std::int32_t>(static_cast<std::size_t>(p.block_q));
+      t.k_scale = arena.take<float>(t.ks);
+      t.v_scale = arena.take<float>(t.ks);
       return t;
     }
   };
 
   // dst[0, dim_pad) = scale · src[0, d), zeros after d. Vector loads read only src[0, d).
-  template <element T>
+  template <stored_element T>
   SKIM_FORCEINLINE static void convert_row(const T* src, float* dst, std::int32_t d, float scale) noexcept {
     std::int32_t e = 0;
     for (; e + w <= d; e += w) (load_float<Arch>(src + e) * batch(scale)).store_aligned(dst + e);
@@ -129,25 +136,61 @@ struct kernels {
       for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(s + static_cast<std::size_t>(r) * ks + j0 + n * w);
   }
 
-  // S[0..mr)[0, keys) by dot products over K rows: mr rows × decode_keys keys per haddp.
-  static void scores_rows(const float* SKIM_RESTRICT q, const float* SKIM_RESTRICT kr, std::size_t ds, std::size_t ks,
-                          std::int32_t dp, float* SKIM_RESTRICT s, std::int32_t keys) noexcept {
+  // S[0..mr)[0, keys) by dot products with K rows read from the source (converted in registers):
+  // mr rows × decode_keys keys per sum_rows. kp[j] for j in [keys, keys rounded up to decode_keys)
+  // must be readable rows too (their scores are ignored).
+  template <stored_element T>
+  static void scores_rows(const float* SKIM_RESTRICT q, const void* const* kp, std::size_t ds, std::size_t ks,
+                          std::int32_t d, float* SKIM_RESTRICT s, std::int32_t keys) noexcept {
     constexpr int kg = decode_keys;
     for (std::int32_t j = 0; j < keys; j += kg) {
+      const T* k[kg];
+      for (int i = 0; i < kg; ++i) k[i] = static_cast<const T*>(kp[j + i]);
       batch acc[w];
       for (int i = 0; i < w; ++i) acc[i] = batch(0.0f);
-      for (std::int32_t e = 0; e < dp; e += w) {
+      const auto step = [&](std::int32_t e, auto load)  {
         batch kv[kg];
-        for (int k = 0; k < kg; ++k) kv[k] = batch::load_aligned(kr + static_cast<std::size_t>(j + k) * ds + e);
+        for (int i = 0; i < kg; ++i) kv[i] = load(k[i] + e);
         for (int r = 0; r < mr; ++r) {
           const batch qv = batch::load_aligned(q + static_cast<std::size_t>(r) * ds + e);
-          for (int k = 0; k < kg; ++k) acc[r * kg + k] = fmadd<Arch>(qv, kv[k], acc[r * kg + k]);
+          for (int i = 0; i < kg; ++i) acc[r * kg + i] = fmadd<Arch>(qv, kv[i], acc[r * kg + i]);
         }
-      }
+      };
+      std::int32_t e = 0;
+      for (; e + w <= d; e += w) step(e, [](const T* x) { return load_float<Arch>(x); });
+      if (e < d) step(e, [n = d - e](const T* x) { return load_float_partial<Arch>(x, n); });
       alignas(64) float sums[w];
       sum_rows<Arch>(acc).store_aligned(sums);
       for (int r = 0; r < mr; ++r)
-        for (int k = 0; k < kg; ++k) s[static_cast<std::size_t>(r) * ks + j + k] = sums[r * kg + k];
+        for (int i = 0; i < kg; ++i) s[static_cast<std::size_t>(r) * ks + j + i] = sums[r * kg + i];
+    }
+  }
+
+  // accumulate() with V rows read from the source: U[0..mr)[e0, e0 + NV·w) = α·U + P·V[vp[j]].
+  // Partial: the block's last register covers only d - (e0 + (NV-1)·w) columns (read no further).
+  template <int NV, bool Partial, stored_element T>
+  SKIM_FORCEINLINE static void accumulate_rows(const float* SKIM_RESTRICT pr, const void* const* vp, std::size_t ds,
+                                               std::size_t ks, std::int32_t keys, const float* alpha,
+                                               float* SKIM_RESTRICT u, std::int32_t e0, std::int32_t d) noexcept {
+    batch acc[mr][NV];
+    for (int r = 0; r < mr; ++r)
+      for (int n = 0; n < NV; ++n) acc[r][n] = batch(0.0f);
+    for (std::int32_t j = 0; j < keys; ++j) {
+      const T* vj = static_cast<const T*>(vp[j]) + e0;
+      batch vv[NV];
+      for (int n = 0; n < NV; ++n) {
+        if (Partial && n == NV - 1) vv[n] = load_float_partial<Arch>(vj + n * w, d - e0 - n * w);
+        else vv[n] = load_float<Arch>(vj + n * w);
+      }
+      for (int r = 0; r < mr; ++r) {
+        const batch pb(pr[static_cast<std::size_t>(r) * ks + static_cast<std::size_t>(j)]);
+        for (int n = 0; n < NV; ++n) acc[r][n] = fmadd<Arch>(pb, vv[n], acc[r][n]);
+      }
+    }
+    for (int r = 0; r < mr; ++r) {
+      float* ur = u + static_cast<std::size_t>(r) * ds + e0;
+      const batch a(alpha[r]);
+      for (int n = 0; n < NV; ++n) fmadd<Arch>(a, batch::load_aligned(ur + n * w), acc[r][n]).store_aligned(ur + n * w);
     }
   }
 
@@ -224,15 +267,50 @@ struct kernels {
     const std::int32_t k0 = id * p.block_kv;
     const std::int32_t tile_keys = row.kv_len - k0 < p.block_kv ? row.kv_len - k0 : p.block_kv;
 
-    for (std::int32_t j = 0; j < tile_keys; ++j) {
-      const auto* k = kv.k_row(row.seq, k0 + j, kv_head);
-      if (decode) {
-        convert_row(k, t.kr.data() + static_cast<std::size_t>(j) * t.ds, d, 1.0f);
-      } else {
-        float* kt = t.kt.data() + j;
-        for (std::int32_t e = 0; e < d; ++e) kt[static_cast<std::size_t>(e) * t.ks] = to_float(k[e]);
+    using T = typename KV::value_type;
+    constexpr bool quantized = is_quantized_kv<KV>;
+    if constexpr (quantized) {
+      // Scales per key (a page-wise scale may change inside a tile); 0 beyond it, so P·scale stays 0.
+      for (std::int32_t j = 0; j < tile_keys; ++j) {
+        t.k_scale[static_cast<std::size_t>(j)] = kv.k_scale(row.seq, k0 + j, kv_head);
+        t.v_scale[static_cast<std::size_t>(j)] = kv.v_scale(row.seq, k0 + j, kv_head);
       }
-      convert_row(kv.v_row(row.seq, k0 + j, kv_head), t.v.data() + static_cast<std::size_t>(j) * t.ds, d, 1.0f);
+      for (std::size_t j = static_cast<std::size_t>(tile_keys); j < t.ks; ++j) t.k_scale[j] = t.v_scale[j] = 0.0f;
+    }
+    const auto scale_of = [&](std::span<float> scales, std::int32_t j) {
+      if constexpr (quantized) return scales[static_cast<std::size_t>(j)];
+      else return 1.0f;
+    };
+    if (decode) {
+      // Few rows: read K and V where they are, converting in registers (each row is used once).
+      // Every line of the tile is requested up front: the loads then overlap instead of each
+      // kernel step waiting on one miss (bench/decode: 8.5 -> see report, 1 thread, fp16).
+      const std::size_t row_bytes = static_cast<std::size_t>(d) * sizeof(T);
+      for (std::int32_t j = 0; j < tile_keys; ++j) {
+        const T* k = kv.k_row(row.seq, k0 + j, kv_head);
+        const T* v = kv.v_row(row.seq, k0 + j, kv_head);
+        t.kp[static_cast<std::size_t>(j)] = k;
+        t.vp[static_cast<std::size_t>(j)] = v;
+        for (std::size_t b = 0; b < row_bytes; b += 64) {
+          __builtin_prefetch(reinterpret_cast<const char*>(k) + b);
+          __builtin_prefetch(reinterpret_cast<const char*>(v) + b);
+        }
+      }
+      for (std::int32_t j = tile_keys; j % decode_keys != 0; ++j) t.kp[static_cast<std::size_t>(j)] = t.kp[0];
+    } else {
+      // Many rows: convert once per tile, K transposed so the score kernel needs no reduction.
+      for (std::int32_t j = 0; j < tile_keys; ++j) {
+        const T* k = kv.k_row(row.seq, k0 + j, kv_head);
+        float* kt = t.kt.data() + j;
+        if constexpr (quantized) {
+          const float ks = scale_of(t.k_scale, j);
+          for (std::int32_t e = 0; e < d; ++e) kt[static_cast<std::size_t>(e) * t.ks] = ks * value_of(k[e]);
+        } else {
+          for (std::int32_t e = 0; e < d; ++e) kt[static_cast<std::size_t>(e) * t.ks] = value_of(k[e]);
+        }
+        convert_row(kv.v_row(row.seq, k0 + j, kv_head), t.v.data() + static_cast<std::size_t>(j) * t.ds, d,
+                    scale_of(t.v_scale, j));
+      }
     }
 
     // Keys of the tile each query sees: all of them on a full tile, a prefix on a partial one.
@@ -258,7 +336,14 @@ struct kernels {
       const float* q = t.q.data() + static_cast<std::size_t>(r0) * t.ds;
       float* s = t.s.data();
       if (decode) {
-        scores_rows(q, t.kr.data(), t.ds, t.ks, dp, s, n_max);
+        scores_rows<T>(q, t.kp.data(), t.ds, t.ks, d, s, n_max);
+        if constexpr (quantized) {  // S = scale_j · (q · k_j)
+          for (int r = 0; r < mr; ++r)
+            for (std::int32_t j = 0; j < n_pad; j += w) {
+              float* sr = s + static_cast<std::size_t>(r) * t.ks + j;
+              (batch::load_aligned(sr) * batch::load_aligned(t.k_scale.data() + j)).store_aligned(sr);
+            }
+        }
       } else {
         over_vectors(n_pad / w, [&]<int NV>(std::int32_t j0) { scores_kt<NV>(q, t.kt.data(), t.ds, t.ks, d, s, j0); });
       }
@@ -268,7 +353,23 @@ struct kernels {
                                n_pad);
       }
       float* u = t.u.data() + static_cast<std::size_t>(r0) * t.ds;
-      over_vectors(dp / w, [&]<int NV>(std::int32_t e0) { accumulate<NV>(s, t.v.data(), t.ds, t.ks, n_max, alpha, u, e0); });
+      if constexpr (quantized) {  // P·(scale_j · v_j) = (P_j · scale_j) · v_j; l already summed P
+        if (decode) {
+          for (int r = 0; r < mr; ++r)
+            for (std::int32_t j = 0; j < n_pad; j += w) {
+              float* pr = s + static_cast<std::size_t>(r) * t.ks + j;
+              (batch::load_aligned(pr) * batch::load_aligned(t.v_scale.data() + j)).store_aligned(pr);
+            }
+        }
+      }
+      if (decode) {
+        over_vectors(d / w, [&]<int NV>(std::int32_t e0) {
+          accumulate_rows<NV, false, T>(s, t.vp.data(), t.ds, t.ks, n_max, alpha, u, e0, d);
+        });
+        if (d % w != 0) accumulate_rows<1, true, T>(s, t.vp.data(), t.ds, t.ks, n_max, alpha, u, d / w * w, d);
+      } else {
+        over_vectors(dp / w, [&]<int NV>(std::int32_t e0) { accumulate<NV>(s, t.v.data(), t.ds, t.ks, n_max, alpha, u, e0); });
+      }
     }
   }
 

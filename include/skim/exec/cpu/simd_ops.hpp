@@ -61,12 +61,44 @@ SKIM_FORCEINLINE fbatch<Arch> half_bits_to_float(xsimd::batch<std::uint32_t, Arc
   return xsimd::bitwise_cast<fbatch<Arch>>(bits | sign);
 }
 
+// Elements the executor reads: float, half, bfloat16, and int8 (quantised K/V, scaled separately).
+template <class T>
+concept stored_element = element<T> || std::is_same_v<T, std::int8_t>;
+
+template <stored_element T>
+SKIM_FORCEINLINE constexpr float value_of(T x) noexcept {
+  if constexpr (std::is_same_v<T, std::int8_t>) return static_cast<float>(x);
+  else return to_float(x);
+}
+
 // width<Arch> consecutive elements at p, as float. @pre p[0, width) is readable.
-template <class Arch, element T>
+template <class Arch, stored_element T>
 SKIM_FORCEINLINE fbatch<Arch> load_float(const T* p) noexcept {
   constexpr std::int32_t w = width<Arch>;
   if constexpr (std::is_same_v<T, float>) {
     return fbatch<Arch>::load_unaligned(p);
+  } else if constexpr (std::is_same_v<T, std::int8_t>) {
+#if defined(__AVX512F__)
+    if constexpr (derives<Arch, xsimd::avx512f>) {
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (w == 8 && derives<Arch, xsimd::avx2>) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    }
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+    if constexpr (derives<Arch, xsimd::neon64>) {
+      std::int32_t four;
+      std::memcpy(&four, p, sizeof(four));  // exactly the 4 bytes of one register
+      const int16x8_t wide = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(four)));
+      return vcvtq_f32_s32(vmovl_s16(vget_low_s16(wide)));
+    }
+#endif
+    alignas(64) float tmp[w];
+    for (std::int32_t k = 0; k < w; ++k) tmp[k] = static_cast<float>(p[k]);
+    return fbatch<Arch>::load_aligned(tmp);
   } else {
 #if defined(__AVX512F__)
     if constexpr (derives<Arch, xsimd::avx512f>) {
@@ -103,10 +135,10 @@ SKIM_FORCEINLINE fbatch<Arch> load_float(const T* p) noexcept {
 }
 
 // The first n < width<Arch> elements at p as float, zeros after. Reads only p[0, n).
-template <class Arch, element T>
+template <class Arch, stored_element T>
 SKIM_FORCEINLINE fbatch<Arch> load_float_partial(const T* p, std::int32_t n) noexcept {
   alignas(64) float tmp[width<Arch>] = {};
-  for (std::int32_t k = 0; k < n; ++k) tmp[k] = to_float(p[k]);
+  for (std::int32_t k = 0; k < n; ++k) tmp[k] = value_of(p[k]);
   return fbatch<Arch>::load_aligned(tmp);
 }
 
