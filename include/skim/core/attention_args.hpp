@@ -78,6 +78,24 @@ template <class KV>
   return {};
 }
 
+// Do two (token, head) rows of a written view share memory? Taking the dimensions with more than
+// one entry in ascending stride order, rows nest without overlap iff each stride is at least the
+// extent of the rows inside it. Conservative: an interleaving whose rows happen not to collide is
+// refused too. Input views are not checked this way: reading a row twice (a broadcast) is harmless.
+template <class T>
+[[nodiscard]] bool rows_overlap(const strided_view<T>& v) noexcept {
+  if (v.tokens <= 0 || v.heads <= 0 || v.head_dim <= 0) return false;
+  std::pair<std::int64_t, std::int64_t> dims[] = {{v.token_stride, v.tokens}, {v.head_stride, v.heads}};  // (stride, n)
+  if (dims[0].first > dims[1].first) std::swap(dims[0], dims[1]);
+  std::int64_t extent = v.head_dim;
+  for (const auto& [stride, n] : dims) {
+    if (n <= 1) continue;
+    if (stride < extent) return true;
+    extent += stride * (n - 1);
+  }
+  return false;
+}
+
 }  // namespace detail
 
 // Checks everything an executor needs before reading a byte: the problem, the Q and O views, the
@@ -89,6 +107,12 @@ template <element TQ, kv_source KV, block_index Index, element TO>
   SKIM_TRY(validate(p));
   SKIM_TRY(check_view(a.q, p.tokens_q(), p.heads_q, p.head_dim, "Q"));
   SKIM_TRY(check_view(a.o, p.tokens_q(), p.heads_q, p.head_dim, "O"));
+  // O is written: rows that share memory would make the result depend on write order (and on
+  // threads). Found missing by tests/hardening/bad_api_test.cpp (token_stride 0 was accepted).
+  if (detail::rows_overlap(a.o)) {
+    return status::error(status_code::invalid_argument, "O strides (token %lld, head %lld) make rows of head_dim %d overlap",
+                         static_cast<long long>(a.o.token_stride), static_cast<long long>(a.o.head_stride), p.head_dim);
+  }
   SKIM_TRY(a.kv.validate(p));
   const std::int64_t lse_size = static_cast<std::int64_t>(p.tokens_q()) * p.heads_q;
   if (!a.lse.empty() && static_cast<std::int64_t>(a.lse.size()) != lse_size) {
