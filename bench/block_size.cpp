@@ -63,10 +63,12 @@ struct tensors {
   std::vector<std::int32_t> top;
 };
 
+// Built on first use and kept (rows of all lengths alternate under random interleaving).
 tensors& data(std::int32_t keys) {
-  static tensors t;
-  if (t.keys == keys) return t;
-  t = tensors{};
+  static std::map<std::int32_t, tensors> cache;
+  auto [it, added] = cache.try_emplace(keys);
+  tensors& t = it->second;
+  if (!added) return t;
   t.keys = keys;
   t.h = make_haystack(keys, chunk, heads_q, heads_kv, dim, 2026);
   t.o.assign(t.h.q.size(), 0.0f);

@@ -111,7 +111,7 @@ class pool {
     generation_.fetch_add(1, std::memory_order_release);
     generation_.notify_one();
     f(0);
-    while (!done_.load(std::memory_order_acquire)) cpu_relax();
+    for (std::uint32_t spins = 0; !done_.load(std::memory_order_acquire); ++spins) backoff(spins);
   }
 
   static pool& instance() {
@@ -130,7 +130,7 @@ class pool {
       std::uint64_t g;
       std::uint32_t spins = 0;
       while ((g = generation_.load(std::memory_order_acquire)) == seen) {
-        cpu_relax();
+        backoff(spins);
         if ((++spins & 1023u) == 0 && std::chrono::steady_clock::now() - idle_since > spin_time) generation_.wait(seen);
       }
       seen = g;
@@ -141,10 +141,17 @@ class pool {
   }
 
   static constexpr std::chrono::milliseconds spin_time{50};
-  static void cpu_relax() noexcept {
+  // Spin a few microseconds, then yield: on a machine with more runnable threads than cores, a
+  // waiting thread that keeps its core can hold off the very thread it waits for by a whole
+  // scheduler slice (milliseconds).
+  static void backoff(std::uint32_t spins) noexcept {
+    if (spins < 4096) {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    } else {
+      std::this_thread::yield();
+    }
   }
 
   const std::function<void(int)>* job_ = nullptr;
@@ -304,8 +311,9 @@ concept has_work_items = requires(const Exec& e, const Args& a, std::span<std::b
 };
 
 // An executor call on `threads` threads of the pool:
-//  - an executor with work items: one prepare(), then thread t runs the t-th contiguous share of the
-//    items with scratch slot t (how an engine's pool would drive it);
+//  - an executor with work items: one prepare(), then the threads take items one at a time from a
+//    shared counter, each with its own scratch slot (how skim's parallel_for and an engine's pool
+//    drive it; causal prefill items differ in cost by up to N, so a static split would be unbalanced);
 //  - any other executor with threads > 1: one sub-problem per kv head (slice_problem), kv heads t,
 //    t + threads, ... on thread t, each with its own workspace (the split the Eigen peer uses);
 //  - threads = 1: the whole problem in one run() call.
@@ -354,8 +362,12 @@ class executor_job {
         SKIM_TRY(exec_.prepare(a, ws, std::int32_t(threads_)));
         const std::int64_t n = exec_.item_count(a.prob);
         skim::status results[2];
+        std::atomic<std::int64_t> next{0};
         pool::instance().run(threads_, [&](int t) {
-          results[t] = exec_.run_items(a, ws, n * t / threads_, n * (t + 1) / threads_, std::int32_t(t));
+          for (std::int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n && results[t].ok();
+               i = next.fetch_add(1, std::memory_order_relaxed)) {
+            results[t] = exec_.run_items(a, ws, i, i + 1, std::int32_t(t));
+          }
         });
         SKIM_TRY(results[0]);
         return results[1];

@@ -52,21 +52,20 @@ constexpr std::int32_t heads_kv = 2;
 constexpr std::int32_t prefill_n = 4096;
 constexpr std::int32_t block_q = 64;
 
-// The data of the rows being run: rebuilt when a row needs another shape or dtype (the registration
-// order keeps rows of one shape together), so at most one shape's tensors are alive.
+// The data of every shape, built on first use and kept: with --benchmark_enable_random_interleaving
+// (bench/run.sh) the rows of all shapes alternate. About 1 GiB at the 128K decode shapes.
 struct tensors {
-  std::string key;
   std::vector<float> q, o;
   std::vector<std::byte> k, v;  // K, V in the row's dtype
 };
 
 template <class T>
 tensors& data(std::int32_t n_q, std::int32_t n_kv, std::int32_t dim) {
-  static tensors t;
+  static std::map<std::string, tensors> cache;
   const std::string key = std::to_string(n_q) + "/" + std::to_string(n_kv) + "/" + std::to_string(dim) + "/" + dtype_name<T>();
-  if (t.key == key) return t;
-  t = tensors{};
-  t.key = key;
+  auto [it, added] = cache.try_emplace(key);
+  tensors& t = it->second;
+  if (!added) return t;
   t.q = random_tensor(std::size_t(n_q) * heads_q * dim, 1);
   t.o.assign(t.q.size(), 0.0f);
   for (auto [dst, seed] : {std::pair{&t.k, 2u}, std::pair{&t.v, 3u}}) {

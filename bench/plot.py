@@ -253,17 +253,21 @@ def block_size(rows, img, plt):
 # --------------------------------------------------------------------------------------------
 def density(rows, img, plt):
     out = {}
-    for mode in ("prefill", "decode"):
-        dn = {int(f["N"]): seconds(b) for k, f, b in rows if k == mode and f.get("step") == "dense"}
-        sp = [(int(f["N"]), share(f["sel"]), b) for k, f, b in rows if k == mode and f.get("step") == "sparse"]
+    for mode, threads in sorted({(k, f["threads"]) for k, f, _ in rows if "step" in f},
+                                key=lambda x: (x[0] != "prefill", x[1])):
+        dn = {int(f["N"]): seconds(b) for k, f, b in rows
+              if k == mode and f["threads"] == threads and f.get("step") == "dense"}
+        sp = [(int(f["N"]), share(f["sel"]), b) for k, f, b in rows
+              if k == mode and f["threads"] == threads and f.get("step") == "sparse"]
         if not sp:
             continue
+        mode = f"{mode}, {threads} thread" + ("s" if threads != "1" else "")
         ns = sorted({n for n, _, _ in sp})
         shares = sorted({s for _, s, _ in sp})
         ratio = {(n, s): seconds(b) / dn[n] for n, s, b in sp if n in dn}
         dens = {(n, s): b["density"] for n, s, b in sp}
         out[mode] = (ns, shares, ratio, dens, dn)
-        what = "chunk of 512 queries" if mode == "prefill" else "one query"
+        what = "chunk of 512 queries" if mode.startswith("prefill") else "one query"
         print(f"### Density crossover, {mode} ({what}): sparse step time / dense time (medians; < 1: sparse wins)\n")
         hdr = ["N", "dense ms"] + [f"1/{s}" for s in shares]
         body = [[n, f"{dn[n] * 1e3:.2f}" if n in dn else ""] +
@@ -285,7 +289,7 @@ def density(rows, img, plt):
         ax.set_yscale("log")
         ax.set_xlabel("N (keys)")
         ax.set_ylabel("time(sparse step) / time(dense)")
-        ax.set_title(f"{mode}: all stages vs dense, same executor, 2 threads", fontsize=9)
+        ax.set_title(f"{mode}: all stages vs dense, same executor", fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(img, "bench-density.png"), dpi=110)
@@ -306,6 +310,13 @@ def main():
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt  # noqa: F811
         except ImportError:
+            # Debian's python3-matplotlib lives in /usr/bin/python3's packages; a python3 earlier on
+            # PATH (pyenv, a venv) does not see it.
+            system = "/usr/bin/python3"
+            if os.path.realpath(sys.executable) != os.path.realpath(system) and os.path.exists(system) \
+                    and not os.environ.get("SKIM_PLOT_REEXEC"):
+                os.environ["SKIM_PLOT_REEXEC"] = "1"
+                os.execv(system, [system, os.path.abspath(__file__)] + sys.argv[1:])
             print("plot.py: no matplotlib (apt-get install python3-matplotlib): tables only", file=sys.stderr)
         os.makedirs(args.img, exist_ok=True)
     found = False
@@ -313,8 +324,12 @@ def main():
         path = os.path.join(args.results, name + ".json")
         if not os.path.exists(path):
             continue
+        try:
+            ctx, rows = load(path)
+        except (json.JSONDecodeError, KeyError) as e:
+            print(f"plot.py: {path}: unreadable ({e}); is its run still going?", file=sys.stderr)
+            continue
         found = True
-        ctx, rows = load(path)
         print(f"<!-- {name}: {ctx.get('date', '')}, {ctx.get('num_cpus', '?')} CPUs at "
               f"{ctx.get('mhz_per_cpu', '?')} MHz, load {ctx.get('load_avg', '')} -->\n")
         fn(rows, args.img, plt)

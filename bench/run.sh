@@ -37,10 +37,14 @@ for name in "${programs[@]}"; do
     echo "date: $(date -u +%FT%TZ)"
     echo "host: $(uname -n) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
     echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "command: $exe --benchmark_repetitions=$reps --benchmark_report_aggregates_only=true $*"
+    echo "command: $exe --benchmark_repetitions=$reps --benchmark_report_aggregates_only=true" \
+      "--benchmark_enable_random_interleaving=true $*"
   } > "$out/$name.txt"
   echo "== $name" >&2
+  # Random interleaving: the repetitions of all rows run in a random order, so a burst of load on a
+  # shared machine hits the peers and the rows they are compared with alike.
   "$exe" --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
+    --benchmark_enable_random_interleaving=true \
     --benchmark_out="$out/$name.json" --benchmark_out_format=json "$@"
   echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/$name.txt"
 done

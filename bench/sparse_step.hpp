@@ -100,8 +100,9 @@ class sparse_job {
     }
   }
 
-  // One step on `threads` threads; the stage times are the mean over the slices (the slices run
-  // side by side, so this is each stage's share of the step's wall time).
+  // One step on `threads` threads; the stage times are summed over the slices and divided by the
+  // threads used (slices on different threads run side by side), so they add up to about the step's
+  // wall time.
   [[nodiscard]] skim::status run(int threads) {
     std::atomic<int> failed{-1};
     const int n = static_cast<int>(slices_.size());
@@ -114,7 +115,7 @@ class sparse_job {
     if (failed.load() >= 0) return run_slice(slices_[std::size_t(failed.load())]);
     times_ = {};
     for (const slice& s : slices_) times_ += s.times;
-    const double k = 1.0 / double(n);
+    const double k = 1.0 / double(used);
     times_ = {times_.summarize * k, times_.score * k, times_.select * k, times_.execute * k};
     return skim::status::success();
   }
