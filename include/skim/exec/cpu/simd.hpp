@@ -123,7 +123,7 @@ struct simd {
     for_each_unit(p, [&](const unit& u) {
       if (u.first_item >= last) return true;  // stop the walk
       for (std::int32_t c = 0; c < u.chunks; ++c) {
-        const std::int64_t item = u.first_item + c;
+        const std::int64_t item = u.first_item + c * u.item_stride;
         if (item < first || item >= last) continue;
         result = run_chunk(a, kv, t, sh, u, c);
         if (!result.ok()) return true;
@@ -180,7 +180,8 @@ struct simd {
     std::int32_t rows = 0;            // heads × queries
     bool decode = false;
     std::int32_t chunks = 1;          // > 1 only for a split decode unit
-    std::int64_t first_item = 0;
+    std::int64_t first_item = 0;      // item of chunk 0; chunk c is first_item + c · item_stride
+    std::int64_t item_stride = 1;
     std::int64_t split_index = -1;    // counter of a split unit
     std::int64_t partial_first = 0;   // first partial row of a split unit (chunk-major)
   };
@@ -206,6 +207,11 @@ struct simd {
     for (std::int32_t b = 0; b < p.batch(); ++b) {
       const std::int32_t nqb = p.q_blocks(b);
       for (std::int32_t i = 0; i < nqb; ++i) {
+        // The units of a query block share its geometry, hence their chunk count; their items are
+        // numbered chunk-major (chunk c of every head, then chunk c + 1), so that items run in
+        // order read neighbouring K/V rows of token-major caches together.
+        const std::int64_t block_first = item;
+        std::int32_t block_chunks = 1;
         for (std::int32_t ih = 0; ih < p.index_heads(); ++ih) {
           unit u;
           u.row = make_row_info(p, row_base, b, i, ih);
@@ -214,16 +220,18 @@ struct simd {
           const std::int32_t queries = u.row.q_end - u.row.q_begin;
           u.rows = u.heads * queries;
           u.decode = queries <= decode_max_queries;
-          u.first_item = item;
+          u.first_item = block_first + ih;
+          u.item_stride = p.index_heads();
           if (u.decode && u.row.visible_blocks > cb) {
             u.chunks = (u.row.visible_blocks + cb - 1) / cb;
             u.split_index = split++;
             u.partial_first = partial;
             partial += static_cast<std::int64_t>(u.chunks) * u.rows;
           }
-          item += u.chunks;
+          block_chunks = u.chunks;
           if (f(u)) return;
         }
+        item = block_first + static_cast<std::int64_t>(block_chunks) * p.index_heads();
       }
       row_base += nqb;
     }

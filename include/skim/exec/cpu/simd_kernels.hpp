@@ -283,18 +283,9 @@ struct kernels {
     };
     if (decode) {
       // Few rows: read K and V where they are, converting in registers (each row is used once).
-      // Every line of the tile is requested up front: the loads then overlap instead of each
-      // kernel step waiting on one miss (bench/decode: 8.5 -> see report, 1 thread, fp16).
-      const std::size_t row_bytes = static_cast<std::size_t>(d) * sizeof(T);
       for (std::int32_t j = 0; j < tile_keys; ++j) {
-        const T* k = kv.k_row(row.seq, k0 + j, kv_head);
-        const T* v = kv.v_row(row.seq, k0 + j, kv_head);
-        t.kp[static_cast<std::size_t>(j)] = k;
-        t.vp[static_cast<std::size_t>(j)] = v;
-        for (std::size_t b = 0; b < row_bytes; b += 64) {
-          __builtin_prefetch(reinterpret_cast<const char*>(k) + b);
-          __builtin_prefetch(reinterpret_cast<const char*>(v) + b);
-        }
+        t.kp[static_cast<std::size_t>(j)] = kv.k_row(row.seq, k0 + j, kv_head);
+        t.vp[static_cast<std::size_t>(j)] = kv.v_row(row.seq, k0 + j, kv_head);
       }
       for (std::int32_t j = tile_keys; j % decode_keys != 0; ++j) t.kp[static_cast<std::size_t>(j)] = t.kp[0];
     } else {
