@@ -19,6 +19,10 @@
 //   and writes O. The split depends on the problem only (never on threads), so O and LSE are
 //   bit-identical for any thread count and any assignment of items to threads.
 //
+// K/V: fp32, fp16, bf16 (widened in registers: F16C/AVX-512/NEON conversions where compiled, exact
+// bit arithmetic otherwise), and int8 with a scale per (block, kv head) (core/quantized.hpp): the
+// prefill path folds the scale into the float tile, the decode path into S and P.
+//
 // Threads: item_count(p) items; run_items(args, ws, first, last, slot) runs some of them with slot's
 // scratch, after prepare(args, ws) (checks + resets the merge counters). run(args, ws) runs all
 // items on the calling thread; run(args, ws, threads) uses parallel_for. Workspace:
@@ -308,5 +312,8 @@ struct simd {
     return status::success();
   }
 };
+
+static_assert(executor<simd<xsimd::default_arch>, attention_args<float, contiguous_kv<float>, index::causal_all, float>>);
+static_assert(executor<simd<xsimd::default_arch>, attention_args<bfloat16, paged_kv<half>, index::causal_all, half>>);
 
 }  // namespace skim::exec
