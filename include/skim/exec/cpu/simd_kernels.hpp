@@ -13,8 +13,9 @@
 // Padding contract of the tiles (all strides are multiples of 16 floats, so every row is aligned):
 //  - Q rows beyond the unit's rows, and Q and V columns in [head_dim, dim_pad), are zero;
 //  - K/V entries of keys beyond the tile hold anything: scores there are overwritten with -inf
-//    before the softmax reads them (masking = a shorter row), so P is exactly 0 on them and the
-//    P·V loop stops at the last key any row of the block sees.
+//    before the softmax reads them (masking = a shorter row), so P is exactly 0 on them, the
+//    P·V loop stops at the last key any row of the block sees, and on a partial tile each row
+//    stops at its own last key (so a masked key's inf/NaN V never reaches a row as 0·inf).
 
 #include <cmath>
 #include <cstddef>
@@ -168,10 +169,13 @@ struct kernels {
 
   // accumulate() with V rows read from the source: U[0..mr)[e0, e0 + NV·w) = α·U + P·V[vp[j]].
   // Partial: the block's last register covers only d - (e0 + (NV-1)·w) columns (read no further).
-  template <int NV, bool Partial, stored_element T>
+  // Ragged: rows see different key counts n_rows[r] (a partial tile); a row then takes no term of
+  // the keys it does not see, not even 0·v (an inf or NaN in a masked V row must not reach it).
+  template <int NV, bool Partial, bool Ragged, stored_element T>
   SKIM_FORCEINLINE static void accumulate_rows(const float* SKIM_RESTRICT pr, const void* const* vp, std::size_t ds,
-                                               std::size_t ks, std::int32_t keys, const float* alpha,
-                                               float* SKIM_RESTRICT u, std::int32_t e0, std::int32_t d) noexcept {
+                                               std::size_t ks, std::int32_t keys, const std::int32_t* n_rows,
+                                               const float* alpha, float* SKIM_RESTRICT u, std::int32_t e0,
+                                               std::int32_t d) noexcept {
     batch acc[mr][NV];
     for (int r = 0; r < mr; ++r)
       for (int n = 0; n < NV; ++n) acc[r][n] = batch(0.0f);
@@ -183,6 +187,7 @@ struct kernels {
         else vv[n] = load_float<Arch>(vj + n * w);
       }
       for (int r = 0; r < mr; ++r) {
+        if (Ragged && j >= n_rows[r]) continue;
         const batch pb(pr[static_cast<std::size_t>(r) * ks + static_cast<std::size_t>(j)]);
         for (int n = 0; n < NV; ++n) acc[r][n] = fmadd<Arch>(pb, vv[n], acc[r][n]);
       }
@@ -195,10 +200,11 @@ struct kernels {
   }
 
   // U[0..mr)[e0, e0 + NV·w) = α·U + P[0..mr)[0, keys) · V[0, keys)[e0 ...).
-  template <int NV>
+  // Ragged as in accumulate_rows().
+  template <int NV, bool Ragged>
   SKIM_FORCEINLINE static void accumulate(const float* SKIM_RESTRICT pr, const float* SKIM_RESTRICT v, std::size_t ds,
-                                          std::size_t ks, std::int32_t keys, const float* alpha,
-                                          float* SKIM_RESTRICT u, std::int32_t e0) noexcept {
+                                          std::size_t ks, std::int32_t keys, const std::int32_t* n_rows,
+                                          const float* alpha, float* SKIM_RESTRICT u, std::int32_t e0) noexcept {
     batch acc[mr][NV];
     for (int r = 0; r < mr; ++r)
       for (int n = 0; n < NV; ++n) acc[r][n] = batch(0.0f);
@@ -207,6 +213,7 @@ struct kernels {
       batch vv[NV];
       for (int n = 0; n < NV; ++n) vv[n] = batch::load_aligned(vj + n * w);
       for (int r = 0; r < mr; ++r) {
+        if (Ragged && j >= n_rows[r]) continue;
         const batch pb(pr[static_cast<std::size_t>(r) * ks + static_cast<std::size_t>(j)]);
         for (int n = 0; n < NV; ++n) acc[r][n] = fmadd<Arch>(pb, vv[n], acc[r][n]);
       }
@@ -353,13 +360,26 @@ struct kernels {
             }
         }
       }
-      if (decode) {
-        over_vectors(d / w, [&]<int NV>(std::int32_t e0) {
-          accumulate_rows<NV, false, T>(s, t.vp.data(), t.ds, t.ks, n_max, alpha, u, e0, d);
-        });
-        if (d % w != 0) accumulate_rows<1, true, T>(s, t.vp.data(), t.ds, t.ks, n_max, alpha, u, d / w * w, d);
+      bool ragged = false;  // rows of the block see different key counts: a partial tile
+      for (int r = 0; r < mr; ++r) ragged = ragged || n[r] != n_max;
+      const auto pv = [&]<bool Ragged>() {
+        if (decode) {
+          over_vectors(d / w, [&]<int NV>(std::int32_t e0) {
+            accumulate_rows<NV, false, Ragged, T>(s, t.vp.data(), t.ds, t.ks, n_max, n, alpha, u, e0, d);
+          });
+          if (d % w != 0) {
+            accumulate_rows<1, true, Ragged, T>(s, t.vp.data(), t.ds, t.ks, n_max, n, alpha, u, d / w * w, d);
+          }
+        } else {
+          over_vectors(dp / w, [&]<int NV>(std::int32_t e0) {
+            accumulate<NV, Ragged>(s, t.v.data(), t.ds, t.ks, n_max, n, alpha, u, e0);
+          });
+        }
+      };
+      if (ragged) {
+        pv.template operator()<true>();
       } else {
-        over_vectors(dp / w, [&]<int NV>(std::int32_t e0) { accumulate<NV>(s, t.v.data(), t.ds, t.ks, n_max, alpha, u, e0); });
+        pv.template operator()<false>();
       }
     }
   }
