@@ -8,13 +8,16 @@
 
 #include "skim/core/attention_args.hpp"
 #include "skim/core/dtypes.hpp"
+#include "skim/core/parallel.hpp"
 #include "skim/core/problem.hpp"
+#include "skim/core/quantized.hpp"
 #include "skim/core/softmax_state.hpp"
 #include "skim/core/status.hpp"
 #include "skim/core/views.hpp"
 #include "skim/core/workspace.hpp"
 
 #include "skim/concepts/block_index.hpp"
+#include "skim/concepts/evictor.hpp"
 #include "skim/concepts/executor.hpp"
 #include "skim/concepts/router.hpp"
 #include "skim/concepts/selector.hpp"
@@ -47,9 +50,15 @@
 
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/exec/cpu/scalar.hpp"
+#include "skim/exec/cpu/simd.hpp"  // simd<Arch> for the archs this translation unit is compiled for
 
 #include "skim/metrics/cost.hpp"
 #include "skim/metrics/quality.hpp"
 #include "skim/metrics/tail.hpp"
+
+#include "skim/evict/attention_mass.hpp"
+#include "skim/evict/rank.hpp"
+#include "skim/evict/recency.hpp"
+#include "skim/evict/summary_score.hpp"
 
 #include "skim/pipeline.hpp"
