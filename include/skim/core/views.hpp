@@ -52,8 +52,9 @@ struct strided_view {
   }
 };
 
-// Checks that a view has the expected shape and non-negative strides that do not make two
-// (token, head) rows overlap in a way that breaks a row: rows must not be shorter than head_dim apart.
+// Checks that a view has the expected shape, data where it has elements, non-negative strides and
+// element alignment. Inputs may alias themselves (a broadcast K with token_stride 0 is fine);
+// check_args() (attention_args.hpp) additionally rejects an *output* whose rows overlap.
 template <class T>
 [[nodiscard]] status check_view(const strided_view<T>& v, std::int32_t tokens, std::int32_t heads,
                                 std::int32_t head_dim, const char* name) noexcept {
