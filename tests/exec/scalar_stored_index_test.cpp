@@ -21,6 +21,7 @@
 #include "skim/index/sink.hpp"
 #include "skim/index/sliding_window.hpp"
 #include "support/compare.hpp"
+#include "support/executor_cases.hpp"
 #include "support/random_case.hpp"
 
 using namespace skim;
@@ -28,32 +29,6 @@ using namespace skim::test;
 
 namespace {
 
-// A CSR index built from per-row id sets (kept sorted by std::set).
-struct csr_storage {
-  std::vector<std::int32_t> row_ptr{0};
-  std::vector<std::int32_t> col_idx;
-
-  void add_row(const std::set<std::int32_t>& ids) {
-    col_idx.insert(col_idx.end(), ids.begin(), ids.end());
-    row_ptr.push_back(static_cast<std::int32_t>(col_idx.size()));
-  }
-  [[nodiscard]] index::block_csr view() const { return {row_ptr, col_idx}; }
-};
-
-// Each visible block of each row with probability `density`; some rows left empty.
-csr_storage random_selection(const problem& p, std::mt19937& rng, double density) {
-  csr_storage csr;
-  REQUIRE(for_each_row(p, [&](const row_info& r) {
-            std::set<std::int32_t> ids;
-            if (!chance(rng, 0.1)) {
-              for (std::int32_t id = 0; id < r.visible_blocks; ++id) {
-                if (chance(rng, density)) ids.insert(id);
-              }
-            }
-            csr.add_row(ids);
-          }).ok());
-  return csr;
-}
 
 template <class TO, class TQ, class TKV, class Index>
 void run_both(const random_case<TQ, TKV>& c, const Index& index, output<TO>& ref, output<TO>& got) {
@@ -78,13 +53,6 @@ bool same_bits(const output<TO>& a, const output<TO>& b) {
   };
   return same(a.o, b.o) && same(a.lse, b.lse);
 }
-
-template <class Q, class KV, class O>
-struct types {
-  using q = Q;
-  using kv = KV;
-  using o = O;
-};
 
 }  // namespace
 

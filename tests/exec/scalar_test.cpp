@@ -13,19 +13,13 @@
 #include "skim/index/sink.hpp"
 #include "skim/index/sliding_window.hpp"
 #include "support/compare.hpp"
+#include "support/executor_cases.hpp"
 #include "support/random_case.hpp"
 
 using namespace skim;
 using namespace skim::test;
 
 namespace {
-
-template <class Q, class KV, class O>
-struct types {
-  using q = Q;
-  using kv = KV;
-  using o = O;
-};
 
 // Runs reference and scalar on one case and index; checks scalar against reference.
 template <class TO, class TQ, class TKV, class Index>
@@ -51,23 +45,6 @@ comparison scalar_vs_reference(const random_case<TQ, TKV>& c, const Index& index
   return result;
 }
 
-// Calls f with a random implicit index: causal_all, sink or sliding_window.
-template <class F>
-void with_implicit_index(std::mt19937& rng, F&& f) {
-  switch (uniform(rng, 0, 2)) {
-    case 0: f(index::causal_all{}, std::string("causal_all")); break;
-    case 1: {
-      const std::int32_t n = uniform(rng, 0, 3);
-      f(index::sink{n}, "sink " + std::to_string(n));
-      break;
-    }
-    default: {
-      const std::int32_t n = uniform(rng, 0, 4);
-      f(index::sliding_window{n}, "sliding_window " + std::to_string(n));
-      break;
-    }
-  }
-}
 
 }  // namespace
 

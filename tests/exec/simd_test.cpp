@@ -30,6 +30,7 @@
 #include "skim/index/sliding_window.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/compare.hpp"
+#include "support/executor_cases.hpp"
 #include "support/random_case.hpp"
 
 using namespace skim;
@@ -136,49 +137,7 @@ comparison simd_vs_reference(const random_case<TQ, TKV>& c, const Index& index, 
   return worst;
 }
 
-template <class F>
-void with_implicit_index(std::mt19937& rng, F&& f) {
-  switch (uniform(rng, 0, 2)) {
-    case 0: f(index::causal_all{}, std::string("causal_all")); break;
-    case 1: {
-      const std::int32_t n = uniform(rng, 0, 3);
-      f(index::sink{n}, "sink " + std::to_string(n));
-      break;
-    }
-    default: {
-      const std::int32_t n = uniform(rng, 0, 4);
-      f(index::sliding_window{n}, "sliding_window " + std::to_string(n));
-      break;
-    }
-  }
-}
 
-template <class Q, class KV, class O>
-struct types {
-  using q = Q;
-  using kv = KV;
-  using o = O;
-};
-
-// A CSR index from a random selection of each row's visible blocks (some rows empty).
-struct csr_storage {
-  std::vector<std::int32_t> row_ptr{0};
-  std::vector<std::int32_t> col_idx;
-  [[nodiscard]] index::block_csr view() const { return {row_ptr, col_idx}; }
-};
-
-csr_storage random_selection(const problem& p, std::mt19937& rng, double density) {
-  csr_storage csr;
-  REQUIRE(for_each_row(p, [&](const row_info& r) {
-            if (!chance(rng, 0.1)) {
-              for (std::int32_t id = 0; id < r.visible_blocks; ++id) {
-                if (chance(rng, density)) csr.col_idx.push_back(id);
-              }
-            }
-            csr.row_ptr.push_back(static_cast<std::int32_t>(csr.col_idx.size()));
-          }).ok());
-  return csr;
-}
 
 }  // namespace
 
