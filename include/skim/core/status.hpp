@@ -20,6 +20,7 @@ enum class status_code : std::uint8_t {
   workspace_too_small,  // workspace span shorter than workspace_bytes()
   misaligned,           // a buffer not aligned as the callee requires
   unsupported,          // a valid request this policy does not implement
+  device_error,         // the CUDA runtime reported an error (launch, memory, attribute)
 };
 
 [[nodiscard]] constexpr std::string_view to_string(status_code c) noexcept {
@@ -31,6 +32,7 @@ enum class status_code : std::uint8_t {
     case status_code::workspace_too_small: return "workspace_too_small";
     case status_code::misaligned: return "misaligned";
     case status_code::unsupported: return "unsupported";
+    case status_code::device_error: return "device_error";
   }
   return "unknown";
 }

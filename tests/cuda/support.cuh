@@ -1,0 +1,112 @@
+#pragma once
+// Test support for skim's CUDA policies: device buffers, and a random_case (tests/support/)
+// mirrored on the device, so every kernel is compared with exec::reference on the same inputs.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <skim/cuda.cuh>
+
+#include "support/random_case.hpp"
+
+namespace skim::test::cuda {
+
+#define SKIM_CUDA_REQUIRE(expr)                                                    \
+  do {                                                                             \
+    const cudaError_t skim_e_ = (expr);                                            \
+    REQUIRE_MESSAGE(skim_e_ == cudaSuccess, #expr ": ", cudaGetErrorString(skim_e_)); \
+  } while (0)
+
+// Device memory of n elements of T, freed on destruction. Poisoned (0xff bytes: NaN for float
+// and 16-bit floats) on allocation so an element a kernel forgets to write fails the comparison.
+template <class T>
+class buffer {
+ public:
+  buffer() = default;
+  explicit buffer(std::size_t n) : n_(n) {
+    if (n_ > 0) {
+      SKIM_CUDA_REQUIRE(cudaMalloc(&p_, n_ * sizeof(T)));
+      poison();
+    }
+  }
+  explicit buffer(const std::vector<T>& host) : buffer(host.size()) { upload(host); }
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+  buffer(buffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
+  buffer& operator=(buffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~buffer() {
+    if (p_ != nullptr) cudaFree(p_);
+  }
+
+  void upload(const std::vector<T>& host) {
+    REQUIRE(host.size() == n_);
+    if (n_ > 0) SKIM_CUDA_REQUIRE(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  [[nodiscard]] std::vector<T> download() const {
+    std::vector<T> host(n_);
+    if (n_ > 0) SKIM_CUDA_REQUIRE(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  void poison() {
+    if (n_ > 0) SKIM_CUDA_REQUIRE(cudaMemset(p_, 0xff, n_ * sizeof(T)));
+  }
+  [[nodiscard]] T* data() const noexcept { return p_; }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// A random_case's inputs on the device: cu_seqlens, Q, K/V (contiguous and paged), an error word.
+template <class TQ, class TKV>
+struct device_case {
+  buffer<std::int32_t> cu_q, cu_kv, page_indptr, page_indices;
+  buffer<TQ> q;
+  buffer<TKV> k, v, k_pages, v_pages;
+  buffer<std::uint32_t> error;
+  std::int32_t max_q = 0, max_kv = 0;
+
+  explicit device_case(const random_case<TQ, TKV>& c)
+      : cu_q(c.cu_q), cu_kv(c.cu_kv), page_indptr(c.page_indptr), page_indices(c.page_indices), q(c.q), k(c.k),
+        v(c.v), k_pages(c.k_pages), v_pages(c.v_pages), error(1) {
+    SKIM_CUDA_REQUIRE(cudaMemset(error.data(), 0, sizeof(std::uint32_t)));
+    for (const auto& l : c.spec.seqs) {
+      max_q = std::max(max_q, l.q);
+      max_kv = std::max(max_kv, l.kv);
+    }
+  }
+
+  [[nodiscard]] skim::cuda::device_problem prob(const case_spec& s) const {
+    return {.batch = static_cast<std::int32_t>(s.seqs.size()), .heads_q = s.heads_q, .heads_kv = s.heads_kv,
+            .head_dim = s.head_dim, .block_q = s.block_q, .block_kv = s.block_kv, .mask = s.mask,
+            .softmax_scale = s.softmax_scale, .scope = s.scope, .cu_seqlens_q = cu_q.data(),
+            .cu_seqlens_kv = cu_kv.data(), .max_seqlen_q = max_q, .max_seqlen_kv = max_kv, .error = error.data()};
+  }
+  [[nodiscard]] skim::cuda::device_contiguous_kv<TKV> contiguous(const case_spec& s) const {
+    const std::int64_t hs = s.head_dim;
+    return {.k = k.data(), .v = v.data(), .token_stride = hs * s.heads_kv, .head_stride = hs};
+  }
+  [[nodiscard]] skim::cuda::device_paged_kv<TKV> paged(const random_case<TQ, TKV>& c) const {
+    const std::int64_t hs = c.spec.head_dim;
+    const std::int64_t ts = hs * c.spec.heads_kv;
+    return {.k_pages = k_pages.data(), .v_pages = v_pages.data(), .num_pages = c.num_pages,
+            .page_size = c.spec.page_size, .page_stride = ts * c.spec.page_size, .token_stride = ts,
+            .head_stride = hs, .page_indptr = page_indptr.data(), .page_indices = page_indices.data()};
+  }
+  // The device error word (then cleared).
+  [[nodiscard]] std::uint32_t error_bits() {
+    std::uint32_t bits = 0;
+    SKIM_CUDA_REQUIRE(cudaMemcpy(&bits, error.data(), sizeof bits, cudaMemcpyDeviceToHost));
+    SKIM_CUDA_REQUIRE(cudaMemset(error.data(), 0, sizeof bits));
+    return bits;
+  }
+};
+
+}  // namespace skim::test::cuda
