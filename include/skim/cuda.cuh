@@ -12,3 +12,4 @@
 
 #include "skim/skim.hpp"
 #include "skim/exec/cuda/common.cuh"
+#include "skim/exec/cuda/prefill.cuh"

@@ -1,0 +1,493 @@
+#pragma once
+// The tile kernel behind skim::exec::cuda::prefill (prefill.cuh): block-sparse FlashAttention-2 on
+// the sm_80 tensor-core instructions (mma.sync m16n8k16, ldmatrix, cp.async), which sm_90a runs too.
+//
+// One CTA computes one (sequence, query block of BQ rows, query head); warp w owns query rows
+// [16w, 16w + 16) of the block. Q is staged through shared memory into registers once (A
+// fragments), then the CTA walks its index row's block ids in ascending order; for each id it
+// holds the K and V tiles (BK keys x D) in shared memory, double-buffered: the tile of the next id
+// is in flight (cp.async, 16 bytes a thread) while this one is multiplied. Per 64-key slice of a
+// tile, a warp computes S = Q·Kᵀ (16 x 64, fp32 accumulators), masks it when the id is not a full
+// block, updates the online softmax of its rows in registers (row max and sum reduced over the
+// quad of threads sharing a row), rounds P to the input type and reuses the S fragments directly
+// as the A operand of P·V (FA2's register reuse). O = acc / l and lse = m + log l at the end.
+//
+// Shared-memory rows are D 16-bit elements, cut into 16-byte chunks; chunk c of row r lives at
+// chunk c ^ (r & 7), so the eight row addresses of an ldmatrix phase (rows r..r+7, one logical
+// chunk) and the chunk writes of cp.async fall in distinct banks.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, c = 2 * (lane % 4)):
+//   A 16x16 row-major, 4 x b32: a0 (g, c..c+1), a1 (g+8, c..c+1), a2 (g, c+8..), a3 (g+8, c+8..)
+//   B 16x8 col-major, 2 x b32:  b0 (k = c..c+1, n = g), b1 (k = c+8..c+9, n = g)
+//   C 16x8 fp32, 4 x f32:       c0, c1 (g, c..c+1), c2, c3 (g+8, c..c+1)
+// ldmatrix.x4 gives register i the 8x8 matrix whose row addresses come from lanes 8i..8i+7, lane
+// holding (row lane / 4, cols 2 * (lane % 4) + {0, 1}); .trans gives the transpose.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "skim/exec/cuda/common.cuh"
+
+namespace skim::exec::cuda::detail::prefill_sm80 {
+
+inline constexpr int slice_keys = 64;    // keys per S slice (16 x 64 fp32 = 32 registers a thread)
+inline constexpr int chunk_elems = 8;    // 16-bit elements in a 16-byte chunk
+inline constexpr float log2e = 1.4426950408889634f;
+inline constexpr float ln2 = 0.6931471805599453f;
+
+// ---------------------------------------------------------------------------------------------
+// The index, with its storage form decided at run time: it is read once per block id, so a
+// uniform branch costs nothing and keeps the kernel count down (one per element type, K/V source
+// and tile shape instead of four times that).
+struct index_ref {
+  skim::cuda::device_block_table table;
+  skim::cuda::device_block_csr csr;
+  bool is_csr = false;
+
+  [[nodiscard]] __device__ __forceinline__ skim::cuda::device_block_table::span row(std::int64_t r) const noexcept {
+    return is_csr ? csr.row(r) : table.row(r);
+  }
+};
+
+// Everything the kernel reads, by value. O is either T (o_fp32 false) or float.
+template <class T, class KV>
+struct params {
+  skim::cuda::device_problem prob;
+  skim::cuda::device_view<const T> q;
+  KV kv;
+  index_ref index;
+  void* o = nullptr;
+  std::int64_t o_token_stride = 0;
+  std::int64_t o_head_stride = 0;
+  bool o_fp32 = false;
+  float* lse = nullptr;
+  float scale_log2 = 0.0f;  // softmax scale · log2(e): scores are kept in base-2 units
+};
+
+template <int D, int BQ, int BK>
+inline constexpr std::size_t smem_bytes = static_cast<std::size_t>(BQ + 4 * BK) * D * 2;  // Q + 2 x (K, V)
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers
+
+[[nodiscard]] __device__ __forceinline__ std::uint32_t smem_u32(const void* p) noexcept {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src) noexcept {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() noexcept { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() noexcept {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void zero_16(std::uint32_t dst) noexcept {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0u) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) noexcept {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t addr) noexcept {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// c += a · b on one 16x8x16 tile, fp32 accumulation.
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                          std::uint32_t b1) noexcept {
+  if constexpr (std::is_same_v<T, skim::bfloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// f(std::integral_constant<int, 0>{}) ... f(std::integral_constant<int, N - 1>{}): unrolled, with
+// the index usable as a template argument.
+template <class F, int... I>
+__device__ __forceinline__ void static_for_each(F& f, std::integer_sequence<int, I...>) noexcept {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+__device__ __forceinline__ void static_for(F&& f) noexcept {
+  static_for_each(f, std::make_integer_sequence<int, N>{});
+}
+
+// 2^x; ex2.approx(-inf) = +0, which masked scores rely on.
+[[nodiscard]] __device__ __forceinline__ float exp2_approx(float x) noexcept {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Two floats rounded to T, lo in the low half (the lower column of a fragment pair).
+template <class T>
+[[nodiscard]] __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) noexcept {
+  if constexpr (std::is_same_v<T, skim::bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  }
+}
+
+// Element offset of chunk `chunk` of row `row` in a swizzled [rows][D] tile.
+template <int D>
+[[nodiscard]] __device__ __forceinline__ int swizzle(int row, int chunk) noexcept {
+  return row * D + ((chunk ^ (row & 7)) * chunk_elems);
+}
+
+// ldmatrix addresses without a register per (row, chunk) pair: a lane's address is formed once
+// for its row and its chunk parity (lane_chunk in {0, 1}); moving by a compile-time even chunk c
+// is then an XOR of c's low three bits into address bits 4..6 (which hold chunk ^ (row & 7) for
+// a 128-byte aligned tile) plus an add of its high bits; moving by whole 8-row groups is an add.
+template <int D>
+[[nodiscard]] __device__ __forceinline__ std::uint32_t lane_address(std::uint32_t tile, int row,
+                                                                    int lane_chunk) noexcept {
+  return tile + static_cast<std::uint32_t>(row * D * 2 + ((lane_chunk ^ (row & 7)) << 4));
+}
+template <int Chunk>
+[[nodiscard]] __device__ __forceinline__ std::uint32_t at_chunk(std::uint32_t lane_addr) noexcept {
+  static_assert(Chunk % 2 == 0);
+  return (lane_addr ^ static_cast<std::uint32_t>((Chunk & 7) << 4)) + static_cast<std::uint32_t>((Chunk & ~7) << 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// K/V row addresses. false when the row cannot be read (a paged list that does not cover it or
+// names a page outside the pool: reported as bad_page); the caller zero-fills the tile row.
+
+template <class T>
+[[nodiscard]] __device__ __forceinline__ bool kv_rows(const skim::cuda::device_contiguous_kv<T>& kv,
+                                                      const skim::cuda::device_row& r, std::int32_t b,
+                                                      std::int32_t t, std::int32_t h, const T*& k, const T*& v,
+                                                      std::uint32_t&) noexcept {
+  k = kv.k_row(r, b, t, h);
+  v = kv.v_row(r, b, t, h);
+  return true;
+}
+
+template <class T>
+[[nodiscard]] __device__ __forceinline__ bool kv_rows(const skim::cuda::device_paged_kv<T>& kv,
+                                                      const skim::cuda::device_row&, std::int32_t b, std::int32_t t,
+                                                      std::int32_t h, const T*& k, const T*& v,
+                                                      std::uint32_t& bits) noexcept {
+  const std::int64_t off = kv.offset(b, t, h);
+  if (off < 0) {
+    bits |= skim::cuda::bad_page;
+    return false;
+  }
+  k = kv.k_pages + off;
+  v = kv.v_pages + off;
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A row's block ids, each checked against the row's contract as it is taken: an id outside
+// [0, visible_blocks) or not above the previous kept id is skipped and its bit recorded. Every
+// thread of the CTA walks the same ids (uniform loads), so every thread agrees on the tile list.
+struct id_cursor {
+  const std::int32_t* ids = nullptr;
+  std::int32_t n = 0;
+  std::int32_t pos = 0;
+  std::int32_t prev = -1;
+  std::int32_t visible = 0;
+
+  // The next valid id, or -1 when the row is exhausted.
+  [[nodiscard]] __device__ __forceinline__ std::int32_t next(std::uint32_t& bits) noexcept {
+    while (pos < n) {
+      const std::int32_t id = ids[pos++];
+      if (id < 0 || id >= visible) {
+        bits |= skim::cuda::bad_block_id;
+      } else if (id <= prev) {
+        bits |= skim::cuda::bad_order;
+      } else {
+        prev = id;
+        return id;
+      }
+    }
+    return -1;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The kernel. Grid: one CTA per (query block, sequence, query head), head fastest (the heads of
+// a GQA group read the same K/V tiles close together in time, from L2), query blocks from the
+// last one down (causal rows with more tiles start first). A CTA whose block does not exist in
+// its sequence returns at once.
+template <class T, class KV, int D, int BQ, int BK>
+__global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, KV> prm) {
+  static_assert(D % 16 == 0 && BQ % 16 == 0 && BK % slice_keys == 0);
+  constexpr int warps = BQ / 16;
+  constexpr int threads = warps * 32;
+  constexpr int chunks = D / chunk_elems;  // 16-byte chunks per row
+  static_assert(threads % chunks == 0 && (BK * chunks) % threads == 0 && (BQ * chunks) % threads == 0);
+  constexpr int row_step = threads / chunks;  // rows one pass of the CTA's loads covers
+  constexpr int dn = D / 8;                   // 8-wide n tiles of O
+  constexpr int sn = slice_keys / 8;          // 8-wide n tiles of S
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* const sq = reinterpret_cast<T*>(smem);  // [BQ][D]
+  T* const sk = sq + BQ * D;                 // [2][BK][D]
+  T* const sv = sk + 2 * BK * D;             // [2][BK][D]
+
+  const skim::cuda::device_problem& p = prm.prob;
+  const std::uint32_t flat = blockIdx.x;
+  const std::int32_t h = static_cast<std::int32_t>(flat % static_cast<std::uint32_t>(p.heads_q));
+  const std::uint32_t rest = flat / static_cast<std::uint32_t>(p.heads_q);
+  const std::int32_t b = static_cast<std::int32_t>(rest % static_cast<std::uint32_t>(p.batch));
+  const std::int32_t i = p.max_q_blocks() - 1 - static_cast<std::int32_t>(rest / static_cast<std::uint32_t>(p.batch));
+
+  const skim::cuda::device_row row = skim::cuda::make_device_row(p, b, i);
+  if (!row.ok) return;  // no query block here (or a bad sequence, reported)
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const std::int32_t kv_head = h / p.group_size();
+  const std::int32_t index_head = p.scope == index_scope::kv_head ? kv_head : h;
+  std::uint32_t bits = 0;
+
+  // The row's ids. A row number outside the index, or a count/range outside its storage, is
+  // clamped by row() and reported.
+  const std::int64_t index_row = (skim::cuda::q_block_offset(p, b) + i) * p.index_heads() + index_head;
+  const skim::cuda::device_block_table::span span = prm.index.row(index_row);
+  if (span.clamped) bits |= skim::cuda::bad_count;
+  id_cursor cursor{span.first, span.n, 0, -1, row.visible_blocks};
+
+  // Loads: thread tid always moves chunk tid % chunks of rows tid / chunks + k · row_step.
+  const int my_chunk = tid % chunks;
+  const int my_row = tid / chunks;
+
+  // Q tile; rows past the block's last query are zero (never read from memory, never written).
+  {
+    const std::int32_t q_rows = row.q_end - row.q_begin;
+#pragma unroll
+    for (int k = 0; k < BQ / row_step; ++k) {
+      const int r = my_row + k * row_step;
+      const std::uint32_t dst = smem_u32(sq + swizzle<D>(r, my_chunk));
+      if (r < q_rows) {
+        cp_async_16(dst, prm.q.row(static_cast<std::int64_t>(row.q_offset) + row.q_begin + r, h) + my_chunk * chunk_elems);
+      } else {
+        zero_16(dst);
+      }
+    }
+    cp_async_commit();
+  }
+
+  // K and V tile of block `id` into buffer `buf`. Keys at or past kv_len are zero-filled, not
+  // read: they may belong to the next sequence, or lie past the allocation.
+  const auto load_tile = [&](std::int32_t id, int buf) {
+    T* const kb = sk + buf * BK * D;
+    T* const vb = sv + buf * BK * D;
+#pragma unroll
+    for (int k = 0; k < BK / row_step; ++k) {
+      const int r = my_row + k * row_step;
+      const std::int32_t key = id * BK + r;
+      const std::uint32_t dk = smem_u32(kb + swizzle<D>(r, my_chunk));
+      const std::uint32_t dv = smem_u32(vb + swizzle<D>(r, my_chunk));
+      const T* kr = nullptr;
+      const T* vr = nullptr;
+      if (key < row.kv_len && kv_rows(prm.kv, row, b, key, kv_head, kr, vr, bits)) {
+        cp_async_16(dk, kr + my_chunk * chunk_elems);
+        cp_async_16(dv, vr + my_chunk * chunk_elems);
+      } else {
+        zero_16(dk);
+        zero_16(dv);
+      }
+    }
+  };
+
+  std::int32_t id = cursor.next(bits);
+  if (id >= 0) load_tile(id, 0);
+  cp_async_commit();
+
+  // Q fragments: warp's 16 rows, D / 16 k-steps of 16 dims.
+  cp_async_wait<1>();  // the Q group (the first tile may still be in flight)
+  __syncthreads();
+  std::uint32_t qf[D / 16][4];
+  {
+    const std::uint32_t qa = lane_address<D>(smem_u32(sq), warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+    static_for<D / 16>([&](auto kk) { ldmatrix_x4(qf[kk], at_chunk<2 * kk>(qa)); });
+  }
+
+  // This thread's rows of the block: g and g + 8 of the warp's 16. Keys [0, vis[r]) are visible.
+  const int g = lane / 4;
+  const int quad_col = 2 * (lane % 4);
+  std::int32_t vis[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) vis[r] = row.visible_keys(row.q_begin + warp * 16 + g + 8 * r, p.mask);
+
+  float acc[dn][4];
+#pragma unroll
+  for (int j = 0; j < dn; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};  // running max of the row, base-2 units
+  float l[2] = {0.0f, 0.0f};            // this thread's share of the row's sum (quad-reduced at the end)
+  const float scale_log2 = prm.scale_log2;
+
+  // One K/V tile: S slices of 64 keys, softmax update, P·V. Masked is compile-time so full tiles
+  // carry no mask arithmetic.
+  const auto compute_tile = [&](std::uint32_t k_lane, std::uint32_t v_lane, std::int32_t tile_id, auto masked_tag) {
+    constexpr bool masked = decltype(masked_tag)::value;
+    // Not unrolled: a second slice in flight would hold another 32 S registers (spills at D 128).
+#pragma unroll 1
+    for (int slice = 0; slice < BK / slice_keys; ++slice) {
+      float s[sn][4];
+#pragma unroll
+      for (int j = 0; j < sn; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      static_for<D / 16>([&](auto kk) {
+#pragma unroll
+        for (int np = 0; np < sn / 2; ++np) {
+          // Keys slice·64 + 16np + [0, 16), dims 16kk + [0, 16): b0/b1 of n tiles 2np and 2np + 1.
+          std::uint32_t kf[4];
+          ldmatrix_x4(kf, at_chunk<2 * kk>(k_lane) + (slice * slice_keys + np * 16) * D * 2);
+          mma_16816<T>(s[2 * np], qf[kk], kf[0], kf[1]);
+          mma_16816<T>(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+        }
+      });
+
+      // Scale into base-2 units first, then mask: a negative scale must not turn -inf into +inf.
+#pragma unroll
+      for (int j = 0; j < sn; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
+      }
+      if constexpr (masked) {
+        const std::int32_t key0 = tile_id * BK + slice * slice_keys + quad_col;
+#pragma unroll
+        for (int j = 0; j < sn; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (key0 + 8 * j + (e & 1) >= vis[e / 2]) s[j][e] = -INFINITY;
+          }
+        }
+      }
+
+      // Online softmax, per row r (elements e = 2r, 2r + 1 of each n tile).
+      float m_use[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = m[r];
+#pragma unroll
+        for (int j = 0; j < sn; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // -inf - -inf: a row with no visible key so far keeps its max at -inf; subtract 0 instead,
+        // so every p is 0 and alpha (2^-inf) clears nothing but zeros.
+        m_use[r] = mx == -INFINITY ? 0.0f : mx;
+        const float alpha = exp2_approx(m[r] - m_use[r]);
+        m[r] = mx;
+        l[r] *= alpha;
+#pragma unroll
+        for (int j = 0; j < dn; ++j) {
+          acc[j][2 * r] *= alpha;
+          acc[j][2 * r + 1] *= alpha;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < sn; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = exp2_approx(s[j][e] - m_use[e / 2]);
+          l[e / 2] += s[j][e];
+        }
+      }
+
+      // P·V: the S fragments of n tiles 2kk, 2kk + 1 are the A fragment of k-step kk.
+#pragma unroll
+      for (int kk = 0; kk < slice_keys / 16; ++kk) {
+        const std::uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                     pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                     pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        static_for<D / 16>([&](auto dp) {
+          // Keys slice·64 + 16kk + [0, 16), dims 16dp + [0, 16), transposed: b0/b1 of O n tiles 2dp, 2dp + 1.
+          std::uint32_t vf[4];
+          ldmatrix_x4_trans(vf, at_chunk<2 * dp>(v_lane) + (slice * slice_keys + kk * 16) * D * 2);
+          mma_16816<T>(acc[2 * dp], pa, vf[0], vf[1]);
+          mma_16816<T>(acc[2 * dp + 1], pa, vf[2], vf[3]);
+        });
+      }
+    }
+  };
+
+  // Lane addresses of the K (non-transposed, keys (lane % 8) + 8 (lane / 16), chunk parity
+  // (lane / 8) % 2) and V (transposed, keys (lane % 8) + 8 ((lane / 8) % 2), chunk parity lane / 16)
+  // fragments in buffer 0.
+  const std::uint32_t k_lane0 = lane_address<D>(smem_u32(sk), (lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
+  const std::uint32_t v_lane0 = lane_address<D>(smem_u32(sv), (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+
+  // Main loop: tile t computes from buffer t & 1 while tile t + 1 loads into the other one.
+  // One commit group per iteration (empty at the end) keeps wait_group<1> meaning "tile t landed".
+  for (int t = 0; id >= 0; ++t) {
+    const std::int32_t next = cursor.next(bits);
+    if (next >= 0) load_tile(next, (t + 1) & 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // tile t visible to every warp
+    const std::uint32_t buf_off = static_cast<std::uint32_t>((t & 1) * BK * D * 2);
+    if (id < row.full_blocks) {
+      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, std::false_type{});
+    } else {
+      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, std::true_type{});
+    }
+    __syncthreads();  // every warp done with buffer t & 1 before iteration t + 1 refills it
+    id = next;
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: O = acc / l, lse = (m + log2 l) · ln 2; a row with no visible key gets 0 and -inf.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const std::int32_t qi = row.q_begin + warp * 16 + g + 8 * r;
+    if (qi >= row.q_end) continue;
+    const std::int64_t token = static_cast<std::int64_t>(row.q_offset) + qi;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    const std::int64_t base = token * prm.o_token_stride + h * prm.o_head_stride + quad_col;
+    if (prm.o_fp32) {
+      float* o = static_cast<float*>(prm.o) + base;
+#pragma unroll
+      for (int j = 0; j < dn; ++j) {
+        *reinterpret_cast<float2*>(o + 8 * j) = make_float2(acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
+      }
+    } else {
+      T* o = static_cast<T*>(prm.o) + base;
+#pragma unroll
+      for (int j = 0; j < dn; ++j) {
+        *reinterpret_cast<std::uint32_t*>(o + 8 * j) = pack2<T>(acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
+      }
+    }
+    if (prm.lse != nullptr && lane % 4 == 0) {
+      prm.lse[token * p.heads_q + h] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * ln2 : -INFINITY;
+    }
+  }
+
+  // Index bits are the same in every thread: one report. Page bits are per thread.
+  const std::uint32_t mine = tid == 0 ? bits : bits & skim::cuda::bad_page;
+  if (mine != 0) skim::cuda::report(p, mine);
+}
+
+}  // namespace skim::exec::cuda::detail::prefill_sm80
