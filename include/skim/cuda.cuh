@@ -13,3 +13,4 @@
 #include "skim/skim.hpp"
 #include "skim/exec/cuda/common.cuh"
 #include "skim/exec/cuda/prefill.cuh"
+#include "skim/exec/cuda/decode.cuh"

@@ -1,0 +1,229 @@
+#pragma once
+// skim::exec::cuda::decode — sparse attention for decode rows on the GPU: a few queries per
+// sequence (one, or a handful for speculative decoding) attending over the key blocks an index
+// selected for them.
+//
+// It computes exactly what exec::reference computes (cpu/reference.hpp): for query q of sequence b
+// and query head h, the index row (q_block_offset(b) + q / block_q) · index_heads + index_head_of(h)
+// lists key blocks; q attends, with fp32 accumulation, over the keys of those blocks it may see
+// (bottom-right causal: key j iff j <= q + kv_len - q_len, and j < kv_len). A query that sees no key
+// gets O = 0 and lse = -inf.
+//
+// Work: one CTA per (split, unit). A unit is the rows sharing one index row: with index_scope::kv_head
+// all query heads of a kv head (the GQA group) × the queries of a query block, so every selected K/V
+// block is read from memory once per kv head; with index_scope::query_head one head × the queries.
+// A split is `chunk_blocks` consecutive ids of the row. 8 warps per CTA share the split's keys; K/V
+// stream through shared memory by cp.async, 16 bytes per lane, 2 tiles (8 KB) in flight per warp.
+// Rows with more than one split write partials (m, l, unnormalised o, fp32) to the workspace and a
+// second kernel merges them by LSE in split order. The split structure depends on the index only
+// (never on the GPU or on timing), and every sum runs in a fixed order, so O and lse are
+// bit-identical run to run. Details: decode_kernels.cuh.
+//
+// Contracts
+//  - Types: Q and K/V skim::bfloat16 or skim::half (fp32 inside), O the same 16-bit types or float.
+//    K/V rows must be 16-byte aligned: base pointers aligned to 16 bytes and every K/V stride a
+//    multiple of 8 elements (status misaligned otherwise). Q and O take any strides.
+//  - head_dim 64 or 128; max_seqlen_q <= max_queries; heads per unit × min(block_q, max_seqlen_q)
+//    <= 64 (status unsupported otherwise: prefill belongs to a prefill executor).
+//  - Index rows are numbered as skim::problem numbers them: (q_block_offset(b) + i) · index_heads + h,
+//    packed over the query blocks that exist (a sequence with no query has no row), so an index built
+//    for the CPU executors works unchanged. The host cannot count query blocks of device-side lengths,
+//    so it checks only index.rows >= 0; a row at or past index.rows reads as empty and is reported
+//    (bad_count).
+//  - Ids per row: run(a, ...) sizes the grid for selected_bound(a.index) ids per row (a block_table's
+//    width, a block_csr's capacity, both capped by max_kv_blocks); run(a, max_selected_blocks, ...)
+//    takes a tighter bound (a CSR whose rows hold at most k ids). A row with more ids than the bound
+//    has ids past it ignored and is reported (bad_count). workspace_bytes(p, bound) must be given the
+//    same bound.
+//  - Device content is never trusted: an id outside [0, visible_blocks), an id not above its
+//    predecessor in the row, a count or row_ptr out of range, or a page outside the pool / a page
+//    list too short is skipped (nothing is read through it) and reported in p.error; a sequence
+//    longer than the host's bounds is skipped and reported (its outputs are not written). Nothing
+//    outside the sequence's own K/V is read.
+//  - run() only checks and enqueues: no allocation, no synchronisation, no host read of device memory
+//    (graph-capturable; it sets the kernel's dynamic shared memory attribute, a host-side call).
+//  - Workspace: workspace_bytes(p, bound) bytes, 16-byte aligned, content ignored (0 when one split
+//    covers every row: then the pointer may be null). Not shared between concurrent runs.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "skim/core/status.hpp"
+#include "skim/exec/cuda/common.cuh"
+#include "skim/exec/cuda/decode_kernels.cuh"
+
+namespace skim::exec::cuda {
+
+struct decode {
+  // Selected blocks per split: a property of the executor, never of the GPU (deterministic results).
+  // 8 blocks of 128 keys at d = 128, bf16: 512 KB of K + V per CTA.
+  std::int32_t chunk_blocks = 8;
+  // Queries per sequence this executor accepts (decode, speculative decoding).
+  std::int32_t max_queries = 8;
+
+  // The ids-per-row bound run(a, workspace, ...) assumes for an index.
+  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_block_table& index) noexcept {
+    return index.width;
+  }
+  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_block_csr& index) noexcept {
+    return index.capacity > INT32_MAX ? INT32_MAX : static_cast<std::int32_t>(index.capacity);
+  }
+
+  // Splits per row for at most max_selected_blocks ids per row (at least 1).
+  [[nodiscard]] std::int32_t splits(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks) const noexcept {
+    std::int32_t bound = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
+    if (bound <= 0 || chunk_blocks <= 0) return 1;
+    return (bound - 1) / chunk_blocks + 1;
+  }
+
+  // Bytes of partial states (m, l, o in fp32) for every split of every unit; 0 when rows never split.
+  [[nodiscard]] std::size_t workspace_bytes(const skim::cuda::device_problem& p,
+                                            std::int32_t max_selected_blocks) const noexcept {
+    if (!can_implement(p).ok()) return 0;  // run() rejects the problem before touching the workspace
+    const std::int32_t s = splits(p, max_selected_blocks);
+    if (s <= 1) return 0;
+    const std::size_t units = static_cast<std::size_t>(p.index_heads()) * p.batch * p.max_q_blocks();
+    return units * s * unit_rows(p) * (static_cast<std::size_t>(p.head_dim) + 2) * sizeof(float);
+  }
+
+  [[nodiscard]] status can_implement(const skim::cuda::device_problem& p) const noexcept {
+    SKIM_TRY(skim::cuda::validate(p));
+    if (p.head_dim != 64 && p.head_dim != 128) {
+      return status::error(status_code::unsupported, "cuda::decode: head_dim %d (supported: 64, 128)", p.head_dim);
+    }
+    if (chunk_blocks < 1 || chunk_blocks > decode_detail::max_chunk_blocks) {
+      return status::error(status_code::unsupported, "cuda::decode: chunk_blocks %d outside [1, %d]", chunk_blocks,
+                           decode_detail::max_chunk_blocks);
+    }
+    if (max_queries < 1) return status::error(status_code::invalid_argument, "cuda::decode: max_queries %d < 1", max_queries);
+    if (p.max_seqlen_q > max_queries) {
+      return status::error(status_code::unsupported, "cuda::decode: max_seqlen_q %d > max_queries %d (prefill rows)",
+                           p.max_seqlen_q, max_queries);
+    }
+    if (unit_rows(p) > decode_detail::max_unit_rows) {
+      return status::error(status_code::unsupported, "cuda::decode: %d heads x %d queries per index row > %d rows",
+                           p.scope == index_scope::kv_head ? p.group_size() : 1, queries_per_unit(p),
+                           decode_detail::max_unit_rows);
+    }
+    if (p.index_heads() > 65535 || static_cast<std::int64_t>(p.batch) * p.max_q_blocks() > 65535) {
+      return status::error(status_code::unsupported, "cuda::decode: grid of %d index heads x %lld query blocks too large",
+                           p.index_heads(), static_cast<long long>(p.batch) * p.max_q_blocks());
+    }
+    return status::success();
+  }
+
+  template <class TQ, class KV, class Index, class TO>
+  [[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a, void* workspace,
+                           std::size_t workspace_size, cudaStream_t stream) const noexcept {
+    return run(a, selected_bound(a.index), workspace, workspace_size, stream);
+  }
+
+  // @pre every index row holds at most max_selected_blocks ids (else: reported, ids past it ignored)
+  template <class TQ, class KV, class Index, class TO>
+  [[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a,
+                           std::int32_t max_selected_blocks, void* workspace, std::size_t workspace_size,
+                           cudaStream_t stream) const noexcept {
+    using TKV = typename KV::value_type;
+    static_assert(skim::cuda::is_device_element_v<TQ>, "cuda::decode: Q must be skim::bfloat16 or skim::half");
+    static_assert(skim::cuda::is_device_element_v<TKV>, "cuda::decode: K/V must be skim::bfloat16 or skim::half");
+    static_assert(skim::cuda::is_device_element_v<TO> || std::is_same_v<TO, float>,
+                  "cuda::decode: O must be skim::bfloat16, skim::half or float");
+    static_assert(skim::cuda::is_device_index_v<Index>, "cuda::decode: the index must be device_block_table or "
+                                                        "device_block_csr");
+    const skim::cuda::device_problem& p = a.prob;
+    SKIM_TRY(skim::cuda::check_args(a));
+    SKIM_TRY(can_implement(p));
+    if (max_selected_blocks < 0) {
+      return status::error(status_code::invalid_argument, "cuda::decode: max_selected_blocks %d < 0", max_selected_blocks);
+    }
+    if (a.index.rows < 0) {
+      return status::error(status_code::invalid_argument, "cuda::decode: index rows %lld < 0",
+                           static_cast<long long>(a.index.rows));
+    }
+    SKIM_TRY(check_alignment(a.kv));
+    const std::size_t need = workspace_bytes(p, max_selected_blocks);
+    if (workspace_size < need || (need > 0 && workspace == nullptr)) {
+      return status::error(status_code::workspace_too_small, "cuda::decode: workspace has %zu bytes, needs %zu",
+                           workspace == nullptr ? std::size_t{0} : workspace_size, need);
+    }
+    if (need > 0 && reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0) {
+      return status::error(status_code::misaligned, "cuda::decode: workspace %p is not 16-byte aligned", workspace);
+    }
+    if (p.batch == 0 || p.max_seqlen_q == 0) return status::success();  // no query anywhere
+
+    decode_detail::launch_params lp;
+    lp.chunk_blocks = chunk_blocks;
+    lp.splits = splits(p, max_selected_blocks);
+    lp.max_rows = unit_rows(p);
+    lp.q_blocks = p.max_q_blocks();
+    lp.scale_log2 = p.scale() * decode_detail::log2e;
+    if (lp.splits > 1) {
+      const std::size_t units = static_cast<std::size_t>(p.index_heads()) * p.batch * p.max_q_blocks();
+      lp.partial_o = static_cast<float*>(workspace);
+      lp.partial_ml = lp.partial_o + units * lp.splits * lp.max_rows * p.head_dim;
+    }
+    const dim3 grid(static_cast<unsigned>(lp.splits), static_cast<unsigned>(p.index_heads()),
+                    static_cast<unsigned>(p.batch * lp.q_blocks));
+    const std::size_t smem = decode_detail::shared_bytes(p.head_dim, lp.max_rows, chunk_blocks);
+    if (p.head_dim == 64) {
+      SKIM_TRY(launch_split(decode_detail::split_kernel<64, TQ, KV, Index, TO>, grid, smem, stream, a, lp));
+    } else {
+      SKIM_TRY(launch_split(decode_detail::split_kernel<128, TQ, KV, Index, TO>, grid, smem, stream, a, lp));
+    }
+    if (lp.splits > 1) {
+      decode_detail::merge_kernel<Index, TO><<<dim3(1, grid.y, grid.z), decode_detail::merge_threads, 0, stream>>>(
+          p, a.index, a.o, a.lse, lp);
+      SKIM_TRY(skim::cuda::check_launch("skim::exec::cuda::decode (merge)"));
+    }
+    return status::success();
+  }
+
+ private:
+  [[nodiscard]] static std::int32_t queries_per_unit(const skim::cuda::device_problem& p) noexcept {
+    return p.block_q < p.max_seqlen_q ? p.block_q : p.max_seqlen_q;
+  }
+  // Rows of the largest unit: heads per index row × queries per query block.
+  [[nodiscard]] static std::int32_t unit_rows(const skim::cuda::device_problem& p) noexcept {
+    const std::int64_t heads = p.scope == index_scope::kv_head ? p.group_size() : 1;
+    const std::int64_t rows = heads * queries_per_unit(p);
+    return rows > INT32_MAX ? INT32_MAX : static_cast<std::int32_t>(rows);
+  }
+
+  template <class T>
+  [[nodiscard]] static status check_alignment(const skim::cuda::device_contiguous_kv<T>& s) noexcept {
+    if (reinterpret_cast<std::uintptr_t>(s.k) % 16 != 0 || reinterpret_cast<std::uintptr_t>(s.v) % 16 != 0 ||
+        s.token_stride % 8 != 0 || s.head_stride % 8 != 0) {
+      return status::error(status_code::misaligned, "cuda::decode: K/V rows not 16-byte aligned (k %p, v %p, token "
+                           "stride %lld, head stride %lld; strides must be multiples of 8 elements)",
+                           static_cast<const void*>(s.k), static_cast<const void*>(s.v),
+                           static_cast<long long>(s.token_stride), static_cast<long long>(s.head_stride));
+    }
+    return status::success();
+  }
+  template <class T>
+  [[nodiscard]] static status check_alignment(const skim::cuda::device_paged_kv<T>& s) noexcept {
+    if (reinterpret_cast<std::uintptr_t>(s.k_pages) % 16 != 0 || reinterpret_cast<std::uintptr_t>(s.v_pages) % 16 != 0 ||
+        s.page_stride % 8 != 0 || s.token_stride % 8 != 0 || s.head_stride % 8 != 0) {
+      return status::error(status_code::misaligned, "cuda::decode: paged K/V rows not 16-byte aligned (page stride "
+                           "%lld, token stride %lld, head stride %lld; multiples of 8 elements needed)",
+                           static_cast<long long>(s.page_stride), static_cast<long long>(s.token_stride),
+                           static_cast<long long>(s.head_stride));
+    }
+    return status::success();
+  }
+
+  template <class Kernel, class Args>
+  [[nodiscard]] static status launch_split(Kernel kernel, dim3 grid, std::size_t smem, cudaStream_t stream,
+                                           const Args& a, const decode_detail::launch_params& lp) noexcept {
+    SKIM_TRY(skim::cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(smem)),
+                               "cudaFuncSetAttribute in skim::exec::cuda::decode"));
+    kernel<<<grid, decode_detail::threads, smem, stream>>>(a, lp);
+    return skim::cuda::check_launch("skim::exec::cuda::decode");
+  }
+};
+
+}  // namespace skim::exec::cuda

@@ -1,0 +1,623 @@
+#pragma once
+// Kernels of skim::exec::cuda::decode (decode.cuh holds the host API and the contracts).
+//
+// split_kernel: one CTA per (split, index head, sequence × query block) = (split, unit). A unit is
+// the rows that share one index row: with index_scope::kv_head all query heads of a kv head
+// (the GQA group) × the queries of the block, with query_head one head × the queries. A split is
+// chunk_blocks consecutive entries of the row's id list.
+//
+//   prologue   unit geometry (make_device_row), the row's span, the chunk's ids checked into shared
+//              memory (range, strict order; a bad id becomes -1 and is skipped), Q of the unit's rows
+//              into shared memory as fp32 pre-scaled by scale·log2(e).
+//   main loop  8 warps. Rows go to warps in groups of rows_per_warp (4); when a unit has fewer than
+//              8 groups, the warps of a group split the chunk's keys (slices). Keys come in tiles of
+//              tile_keys (8 at d = 128, 16 at d = 64) that never straddle a block; slice s takes tiles
+//              s, s + slices, ... A key is read by lanes_per_key (d/16) lanes, 16 dims each (two
+//              16-byte chunks, c and c + lanes_per_key, so each 16-byte load of the warp covers
+//              128 contiguous bytes of a row). K and V go global → shared memory by cp.async into
+//              `stages` lane-private buffers (each lane reads back exactly the bytes it copied, so
+//              no barrier is needed between the copy and the use), so stages − 1 tiles (8 KB per warp)
+//              are in flight while one is computed. Scores: fp32 dot over 16 dims, then a butterfly
+//              over the key's lanes; online softmax per row in the log2 domain (m is warp-uniform).
+//   epilogue   o and l summed over the lanes of different keys, per-slice (m, l, o) through shared
+//              memory, combined in slice order; a unit whose row has one split writes O and lse, a
+//              split of a longer row writes its partial (m, l, o) to the workspace.
+//
+// merge_kernel: one CTA per unit whose row has more than one split; combines the partials in split
+// order (deterministic) and writes O and lse.
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "skim/exec/cuda/common.cuh"
+
+namespace skim::exec::cuda::decode_detail {
+
+using skim::cuda::device_attention_args;
+using skim::cuda::device_problem;
+using skim::cuda::device_row;
+
+inline constexpr int warps = 8;
+inline constexpr int threads = warps * 32;
+inline constexpr int stages = 3;          // cp.async buffers per warp: 2 tiles (8 KB) in flight per warp
+inline constexpr int rows_per_warp = 4;   // rows a warp keeps in registers (o: 4 × 16 floats per lane)
+inline constexpr int max_unit_rows = 64;  // heads per unit × queries per unit
+inline constexpr int max_chunk_blocks = 256;
+inline constexpr int combine_rows = 32;   // (slices × rows) of one pass: 8 warps × rows_per_warp
+inline constexpr float log2e = 1.4426950408889634f;
+inline constexpr float ln2 = 0.6931471805599453f;
+inline constexpr std::int32_t no_key = 0x7fffffff;  // token of a tile slot with nothing loaded: above every limit
+
+// Lane geometry for head_dim D: each lane owns 16 dims of one key.
+template <int D>
+struct geometry {
+  static_assert(D == 64 || D == 128, "decode supports head_dim 64 and 128");
+  static constexpr int dims_per_lane = 16;
+  static constexpr int lanes_per_key = D / dims_per_lane;  // 8 (d128) or 4 (d64)
+  static constexpr int keys_per_step = 32 / lanes_per_key; // 4 or 8 keys per warp-wide 16-byte load
+  static constexpr int steps = 2;                          // steps per tile
+  static constexpr int tile_keys = steps * keys_per_step;  // 8 or 16: 4 KB of K + V per warp at 16 bits
+};
+
+// Shared memory (dynamic), in this order:
+//   kv     [warps][stages][2 (K, V)][steps][2 (chunk c, c + lanes_per_key)][32 lanes] uint4
+//   tok    [warps][stages][steps][32 lanes] int32: token of the lane's key, no_key if nothing loaded
+//   q      [q_rows][4][lanes_per_key][4] float: row u's dims as lane c reads them (conflict-free)
+//   ids    [chunk_blocks] int32
+// The epilogue's per-slice states alias kv (after a barrier):
+//   comb_o [combine_rows][D] float, comb_m [combine_rows], comb_l [combine_rows]
+inline constexpr std::size_t kv_uint4_per_warp = static_cast<std::size_t>(stages) * 2 * 2 * 2 * 32;
+inline constexpr std::size_t kv_bytes = warps * kv_uint4_per_warp * 16;
+inline constexpr std::size_t tok_bytes = static_cast<std::size_t>(warps) * stages * 2 * 32 * 4;
+static_assert(combine_rows * (128 + 2) * 4 <= kv_bytes, "the epilogue's states fit in the K/V buffers");
+static_assert(combine_rows == warps * rows_per_warp);
+
+[[nodiscard]] constexpr std::int32_t q_rows(std::int32_t unit_rows) noexcept {
+  return (unit_rows + rows_per_warp - 1) / rows_per_warp * rows_per_warp;
+}
+[[nodiscard]] constexpr std::size_t shared_bytes(std::int32_t head_dim, std::int32_t max_rows,
+                                                 std::int32_t chunk_blocks) noexcept {
+  return kv_bytes + tok_bytes + static_cast<std::size_t>(q_rows(max_rows)) * head_dim * 4 +
+         (static_cast<std::size_t>(chunk_blocks) * 4 + 15) / 16 * 16;
+}
+
+// What the host computed for a launch.
+struct launch_params {
+  std::int32_t chunk_blocks = 8;
+  std::int32_t splits = 1;     // grid.x; rows with more ids than splits · chunk_blocks are bad_count
+  std::int32_t max_rows = 0;   // bound on unit rows (stride of the partials)
+  std::int32_t q_blocks = 0;   // max_q_blocks; grid.z = batch · q_blocks
+  float scale_log2 = 0.0f;     // softmax scale · log2(e)
+  float* partial_o = nullptr;  // [units, splits, max_rows, head_dim] when splits > 1
+  float* partial_ml = nullptr; // [units, splits, max_rows, 2]: m (log2 domain), l
+};
+
+// ---------------------------------------------------------------------------------------------
+// Small device helpers
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) noexcept {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() noexcept { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() noexcept {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// 2^x; 2^-inf = 0 (the masked and empty cases rely on it).
+[[nodiscard]] __device__ __forceinline__ float exp2_approx(float x) noexcept {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Eight 16-bit elements (one uint4) to floats.
+template <class T>
+__device__ __forceinline__ void widen8(const uint4& w, float* f) noexcept {
+  const float2 a = skim::cuda::to_float2<T>(w.x), b = skim::cuda::to_float2<T>(w.y);
+  const float2 c = skim::cuda::to_float2<T>(w.z), d = skim::cuda::to_float2<T>(w.w);
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+
+// q_block_offset(p, b) computed by a whole warp (lanes stride over the sequences): O(b / 32).
+// @pre all 32 lanes call it with the same b.
+[[nodiscard]] __device__ __forceinline__ std::int64_t warp_q_block_offset(const device_problem& p,
+                                                                          std::int32_t b) noexcept {
+  long long n = 0;
+  for (std::int32_t s = static_cast<std::int32_t>(threadIdx.x % 32); s < b; s += 32) {
+    const std::int32_t len = p.cu_seqlens_q[s + 1] - p.cu_seqlens_q[s];
+    n += len > 0 ? (len + p.block_q - 1) / p.block_q : 0;
+  }
+#pragma unroll
+  for (int x = 16; x > 0; x /= 2) n += __shfl_xor_sync(0xffffffffu, n, x);
+  return n;
+}
+
+// The unit of a CTA: (index head ih, sequence b, query block i). The split and merge kernels compute
+// it the same way, so they agree on rows and on the number of splits.
+struct unit {
+  device_row row;
+  std::int64_t index_row = 0;
+  std::int32_t heads = 1;       // query heads of the unit
+  std::int32_t first_head = 0;  // first query head
+  std::int32_t kv_head = 0;
+  std::int32_t queries = 0;     // q_end - q_begin
+  std::int32_t rows = 0;        // heads · queries; row u is query u / heads, head first_head + u % heads
+  std::int64_t id = 0;          // unit number (partials are stored per unit)
+};
+
+// false when the unit has no query (or its sequence breaks the bounds: reported by make_device_row).
+// @pre called by whole warps (warp_q_block_offset).
+[[nodiscard]] __device__ __forceinline__ bool make_unit(const device_problem& p, std::int32_t q_blocks,
+                                                        unit& u) noexcept {
+  const std::int32_t ih = static_cast<std::int32_t>(blockIdx.y);
+  const std::int32_t b = static_cast<std::int32_t>(blockIdx.z) / q_blocks;
+  const std::int32_t i = static_cast<std::int32_t>(blockIdx.z) % q_blocks;
+  u.id = static_cast<std::int64_t>(blockIdx.z) * gridDim.y + ih;
+  u.row = skim::cuda::make_device_row(p, b, i);
+  const std::int64_t offset = warp_q_block_offset(p, b);  // every lane: keep the warp converged
+  if (!u.row.ok) return false;
+  const std::int32_t group = p.heads_q / p.heads_kv;
+  if (p.scope == index_scope::kv_head) {
+    u.heads = group;
+    u.first_head = ih * group;
+    u.kv_head = ih;
+  } else {
+    u.heads = 1;
+    u.first_head = ih;
+    u.kv_head = ih / group;
+  }
+  u.index_row = (offset + i) * p.index_heads() + ih;
+  u.queries = u.row.q_end - u.row.q_begin;
+  u.rows = u.heads * u.queries;
+  return true;
+}
+
+// Splits a row of n ids uses: ceil(n / chunk_blocks), at least 1 (an empty row still writes O = 0),
+// at most the grid's.
+[[nodiscard]] __device__ __forceinline__ std::int32_t used_splits(std::int32_t n, const launch_params& lp) noexcept {
+  if (n <= lp.chunk_blocks) return 1;
+  const std::int32_t s = (n - 1) / lp.chunk_blocks + 1;
+  return s < lp.splits ? s : lp.splits;
+}
+
+// ---------------------------------------------------------------------------------------------
+// K/V rows of one (sequence, kv head), with the per-sequence lookups hoisted.
+
+template <class KV>
+struct kv_rows;
+
+template <class T>
+struct kv_rows<skim::cuda::device_contiguous_kv<T>> {
+  const T* k = nullptr;
+  const T* v = nullptr;
+  std::int64_t token_stride = 0;
+
+  __device__ __forceinline__ kv_rows(const skim::cuda::device_contiguous_kv<T>& s, const device_row& r, std::int32_t,
+                                     std::int32_t kv_head) noexcept
+      : k(s.k + static_cast<std::int64_t>(r.kv_offset) * s.token_stride + kv_head * s.head_stride),
+        v(s.v + static_cast<std::int64_t>(r.kv_offset) * s.token_stride + kv_head * s.head_stride),
+        token_stride(s.token_stride) {}
+
+  // Rows of token t; false when they cannot be read (never, here). @pre 0 <= t < kv_len
+  [[nodiscard]] __device__ __forceinline__ bool rows(std::int32_t t, const T*& kr, const T*& vr) const noexcept {
+    kr = k + t * token_stride;
+    vr = v + t * token_stride;
+    return true;
+  }
+};
+
+template <class T>
+struct kv_rows<skim::cuda::device_paged_kv<T>> {
+  const T* k_pages = nullptr;
+  const T* v_pages = nullptr;
+  const std::int32_t* page_indices = nullptr;
+  std::int64_t page_stride = 0, token_stride = 0, head_offset = 0;
+  std::int32_t page_size = 1, num_pages = 0;
+  std::int32_t first_slot = 0, last_slot = 0;  // the sequence's page list [first_slot, last_slot)
+
+  __device__ __forceinline__ kv_rows(const skim::cuda::device_paged_kv<T>& s, const device_row&, std::int32_t b,
+                                     std::int32_t kv_head) noexcept
+      : k_pages(s.k_pages), v_pages(s.v_pages), page_indices(s.page_indices), page_stride(s.page_stride),
+        token_stride(s.token_stride), head_offset(kv_head * s.head_stride), page_size(s.page_size),
+        num_pages(s.num_pages), first_slot(s.page_indptr[b]), last_slot(s.page_indptr[b + 1]) {}
+
+  // false (nothing may be read) when the page list does not cover t or names a page outside the pool.
+  // @pre 0 <= t < kv_len
+  [[nodiscard]] __device__ __forceinline__ bool rows(std::int32_t t, const T*& kr, const T*& vr) const noexcept {
+    const std::int32_t slot = first_slot + t / page_size;
+    if (first_slot < 0 || slot >= last_slot) return false;
+    const std::int32_t page = page_indices[slot];
+    if (page < 0 || page >= num_pages) return false;
+    const std::int64_t off = page * page_stride + (t % page_size) * token_stride + head_offset;
+    kr = k_pages + off;
+    vr = v_pages + off;
+    return true;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// One warp's rows over one slice of the chunk's keys.
+
+template <int D>
+struct warp_rows {
+  float o[rows_per_warp][16];  // unnormalised output, this lane's 16 dims, this lane's keys
+  float m[rows_per_warp];      // running max of scores (log2 domain), warp-uniform
+  float l[rows_per_warp];      // Σ 2^(s - m) over this lane's keys (equal on the lanes of a key)
+  std::int32_t vis[rows_per_warp];  // keys [0, vis) visible to the row; 0 for a padding row
+};
+
+// Everything the main loop reads, fixed for the CTA.
+template <int D, class KV>
+struct chunk_view {
+  kv_rows<KV> src;
+  const std::int32_t* ids;  // shared [chunk entries], -1 = skipped
+  std::int32_t entries;     // ids in this chunk
+  std::int32_t block_kv;
+  std::int32_t tiles_per_block;
+  std::int32_t load_end;    // keys [0, load_end) may be loaded (visible to the unit's last query)
+  std::uint32_t* error;     // device error word or null
+};
+
+template <int D, class KV>
+__device__ __forceinline__ void issue_tile(const chunk_view<D, KV>& cv, std::int32_t tile, uint4* kv_stage,
+                                           std::int32_t* tok_stage) noexcept {
+  using G = geometry<D>;
+  using T = typename KV::value_type;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int ks = lane / G::lanes_per_key, c = lane % G::lanes_per_key;
+  const std::int32_t j = tile / cv.tiles_per_block;
+  const std::int32_t id = cv.ids[j];
+  const std::int32_t first = (tile - j * cv.tiles_per_block) * G::tile_keys;  // offset in the block
+#pragma unroll
+  for (int step = 0; step < G::steps; ++step) {
+    const std::int32_t off = first + step * G::keys_per_step + ks;
+    std::int32_t tok = no_key;
+    if (id >= 0 && off < cv.block_kv) {
+      const std::int32_t t = id * cv.block_kv + off;
+      if (t < cv.load_end) tok = t;
+    }
+    if (tok != no_key) {
+      const T* kr;
+      const T* vr;
+      if (cv.src.rows(tok, kr, vr)) {
+        const uint4* k4 = reinterpret_cast<const uint4*>(kr);
+        const uint4* v4 = reinterpret_cast<const uint4*>(vr);
+        uint4* k_slot = kv_stage + (0 * G::steps + step) * 64 + lane;
+        uint4* v_slot = kv_stage + (1 * G::steps + step) * 64 + lane;
+        cp_async_16(k_slot, k4 + c);
+        cp_async_16(k_slot + 32, k4 + c + G::lanes_per_key);
+        cp_async_16(v_slot, v4 + c);
+        cp_async_16(v_slot + 32, v4 + c + G::lanes_per_key);
+      } else {
+        if (c == 0 && cv.error != nullptr) atomicOr(cv.error, skim::cuda::bad_page);
+        tok = no_key;
+      }
+    }
+    tok_stage[step * 32 + lane] = tok;
+  }
+}
+
+// Online softmax of one tile (already in this lane's stage buffers) into w.
+template <int D, class T>
+__device__ __forceinline__ void attend_tile(const uint4* kv_stage, const std::int32_t* tok_stage, const float* q_group,
+                                            warp_rows<D>& w) noexcept {
+  using G = geometry<D>;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int c = lane % G::lanes_per_key;
+  constexpr float neg_inf = -INFINITY;
+
+  float s[G::steps][rows_per_warp];
+  std::int32_t tok[G::steps];
+#pragma unroll
+  for (int step = 0; step < G::steps; ++step) {
+    tok[step] = tok_stage[step * 32 + lane];
+    float kf[16];
+    widen8<T>(kv_stage[(0 * G::steps + step) * 64 + lane], kf);
+    widen8<T>(kv_stage[(0 * G::steps + step) * 64 + 32 + lane], kf + 8);
+#pragma unroll
+    for (int rr = 0; rr < rows_per_warp; ++rr) {
+      const float4* q4 = reinterpret_cast<const float4*>(q_group) + rr * 4 * G::lanes_per_key + c;
+      float acc = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 q = q4[i * G::lanes_per_key];
+        acc = fmaf(q.x, kf[4 * i + 0], acc);
+        acc = fmaf(q.y, kf[4 * i + 1], acc);
+        acc = fmaf(q.z, kf[4 * i + 2], acc);
+        acc = fmaf(q.w, kf[4 * i + 3], acc);
+      }
+#pragma unroll
+      for (int x = 1; x < G::lanes_per_key; x *= 2) acc += __shfl_xor_sync(0xffffffffu, acc, x);
+      // A key outside the row's view (or not loaded: tok = no_key) gets -inf; its K bits, stale or
+      // never written, are ignored by the select.
+      s[step][rr] = tok[step] < w.vis[rr] ? acc : neg_inf;
+    }
+  }
+
+  bool rescale = false;
+  float alpha[rows_per_warp];
+#pragma unroll
+  for (int rr = 0; rr < rows_per_warp; ++rr) {
+    float mt = s[0][rr];
+#pragma unroll
+    for (int step = 1; step < G::steps; ++step) mt = fmaxf(mt, s[step][rr]);
+#pragma unroll
+    for (int x = G::lanes_per_key; x < 32; x *= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, x));
+    const float m_new = fmaxf(w.m[rr], mt);
+    // -inf - -inf: subtract 0 instead while the row has seen no key (p comes out 0). An unchanged
+    // max (the common case, and a padding row's -inf) needs no rescale.
+    const float m_use = m_new == neg_inf ? 0.0f : m_new;
+    const bool changed = m_new != w.m[rr];
+    alpha[rr] = changed ? exp2_approx(w.m[rr] - m_use) : 1.0f;
+    rescale = rescale || changed;
+    w.m[rr] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int step = 0; step < G::steps; ++step) {
+      s[step][rr] = exp2_approx(s[step][rr] - m_use);  // now p
+      sum += s[step][rr];
+    }
+    w.l[rr] = w.l[rr] * alpha[rr] + sum;
+  }
+  if (rescale) {  // warp-uniform: m and hence alpha are equal on every lane
+#pragma unroll
+    for (int rr = 0; rr < rows_per_warp; ++rr) {
+#pragma unroll
+      for (int e = 0; e < 16; ++e) w.o[rr][e] *= alpha[rr];
+    }
+  }
+
+#pragma unroll
+  for (int step = 0; step < G::steps; ++step) {
+    uint4 v0 = kv_stage[(1 * G::steps + step) * 64 + lane];
+    uint4 v1 = kv_stage[(1 * G::steps + step) * 64 + 32 + lane];
+    if (tok[step] == no_key) {  // never written or stale: p is 0, but 0 · NaN is not
+      v0 = make_uint4(0, 0, 0, 0);
+      v1 = v0;
+    }
+    float vf[16];
+    widen8<T>(v0, vf);
+    widen8<T>(v1, vf + 8);
+#pragma unroll
+    for (int rr = 0; rr < rows_per_warp; ++rr) {
+#pragma unroll
+      for (int e = 0; e < 16; ++e) w.o[rr][e] = fmaf(s[step][rr], vf[e], w.o[rr][e]);
+    }
+  }
+}
+
+// The warp's tiles (slice, slice + slices, ...) through the cp.async pipeline.
+template <int D, class KV>
+__device__ __forceinline__ void attend_slice(const chunk_view<D, KV>& cv, std::int32_t slice, std::int32_t slices,
+                                             uint4* kv_warp, std::int32_t* tok_warp, const float* q_group,
+                                             warp_rows<D>& w) noexcept {
+  using G = geometry<D>;
+  constexpr int kv_stage_uint4 = 2 * G::steps * 64;
+  constexpr int tok_stage_ints = G::steps * 32;
+  const std::int32_t tiles = cv.entries * cv.tiles_per_block;
+  const std::int32_t mine = slice < tiles ? (tiles - slice + slices - 1) / slices : 0;
+
+#pragma unroll
+  for (int k = 0; k < stages - 1; ++k) {
+    if (k < mine) issue_tile(cv, slice + k * slices, kv_warp + k * kv_stage_uint4, tok_warp + k * tok_stage_ints);
+    cp_async_commit();
+  }
+  for (std::int32_t k = 0; k < mine; ++k) {
+    // Refill the buffer that tile k - 1 used (this lane finished reading it in the last iteration).
+    const std::int32_t next = k + stages - 1;
+    if (next < mine) {
+      const int st = next % stages;
+      issue_tile(cv, slice + next * slices, kv_warp + st * kv_stage_uint4, tok_warp + st * tok_stage_ints);
+    }
+    cp_async_commit();
+    cp_async_wait<stages - 1>();  // groups 0..k complete: tile k is in its buffer
+    const int st = k % stages;
+    attend_tile<D, typename KV::value_type>(kv_warp + st * kv_stage_uint4, tok_warp + st * tok_stage_ints, q_group, w);
+  }
+  cp_async_wait<0>();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Split kernel
+
+template <int D, class TQ, class KV, class Index, class TO>
+__global__ void __launch_bounds__(threads, 1)
+    split_kernel(const __grid_constant__ device_attention_args<TQ, KV, Index, TO> a, const launch_params lp) {
+  using G = geometry<D>;
+  const device_problem& p = a.prob;
+  extern __shared__ uint4 smem[];
+
+  unit u;
+  if (!make_unit(p, lp.q_blocks, u)) return;  // CTA-uniform
+  const skim::cuda::device_block_table::span span = a.index.row(u.index_row);
+  const std::int32_t n = span.n > 0 ? span.n : 0;
+  const std::int32_t split = static_cast<std::int32_t>(blockIdx.x);
+  const std::int32_t nsplit = used_splits(n, lp);
+  if (split >= nsplit) return;  // CTA-uniform
+  const std::int32_t first_entry = split * lp.chunk_blocks;
+  const std::int32_t entries = n - first_entry < lp.chunk_blocks ? n - first_entry : lp.chunk_blocks;
+
+  uint4* kv_all = smem;
+  std::int32_t* tok_all = reinterpret_cast<std::int32_t*>(reinterpret_cast<char*>(smem) + kv_bytes);
+  float* q_s = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + kv_bytes + tok_bytes);
+  const std::int32_t qr = q_rows(u.rows);
+  std::int32_t* ids_s = reinterpret_cast<std::int32_t*>(q_s + static_cast<std::size_t>(q_rows(lp.max_rows)) * D);
+
+  // Index: bad count (clamped span, or more ids than the grid's splits cover) once per unit; each id
+  // of the chunk against its row's visible blocks and its predecessor in the row.
+  if (split == 0 && threadIdx.x == 0 &&
+      (span.clamped || static_cast<std::int64_t>(n) > static_cast<std::int64_t>(lp.splits) * lp.chunk_blocks)) {
+    skim::cuda::report(p, skim::cuda::bad_count);
+  }
+  for (std::int32_t j = static_cast<std::int32_t>(threadIdx.x); j < entries; j += threads) {
+    const std::int32_t e = first_entry + j;
+    const std::int32_t id = span.first[e];
+    std::int32_t keep = id;
+    if (id < 0 || id >= u.row.visible_blocks) {
+      skim::cuda::report(p, skim::cuda::bad_block_id);
+      keep = -1;
+    } else if (e > 0 && id <= span.first[e - 1]) {
+      skim::cuda::report(p, skim::cuda::bad_order);
+      keep = -1;
+    }
+    ids_s[j] = keep;
+  }
+
+  // Q rows (padding rows zero), pre-scaled, in the lane-read layout.
+  for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < qr * D; x += threads) {
+    const std::int32_t row = x / D, d = x % D;
+    float val = 0.0f;
+    if (row < u.rows) {
+      const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
+      val = skim::cuda::to_float(a.q.row(token, u.first_head + row % u.heads)[d]) * lp.scale_log2;
+    }
+    const int chunk = d / 8, c = chunk % G::lanes_per_key, hi = chunk / G::lanes_per_key;
+    const int i = hi * 2 + (d % 8) / 4;
+    q_s[((row * 4 + i) * G::lanes_per_key + c) * 4 + d % 4] = val;
+  }
+  __syncthreads();
+
+  const chunk_view<D, KV> cv{
+      .src = kv_rows<KV>(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head),
+      .ids = ids_s,
+      .entries = entries,
+      .block_kv = p.block_kv,
+      .tiles_per_block = (p.block_kv + G::tile_keys - 1) / G::tile_keys,
+      .load_end = u.row.visible_keys(u.row.q_end - 1, p.mask),
+      .error = p.error};
+
+  // Warps: groups of rows_per_warp rows; fewer than 8 groups → the keys split into slices, else
+  // passes of 8 groups, one slice each.
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const std::int32_t groups = qr / rows_per_warp;
+  const std::int32_t groups_per_pass = groups < warps ? groups : warps;
+  const std::int32_t slices = warps / groups_per_pass;
+  const std::int32_t passes = (groups + groups_per_pass - 1) / groups_per_pass;
+  const std::int32_t pass_rows = groups_per_pass * rows_per_warp;
+  const std::int32_t my_slice = warp / groups_per_pass;
+  const bool active_slice = my_slice < slices;
+
+  float* comb_o = reinterpret_cast<float*>(smem);  // aliases kv: used between barriers only
+  float* comb_m = comb_o + combine_rows * D;
+  float* comb_l = comb_m + combine_rows;
+
+  for (std::int32_t pass = 0; pass < passes; ++pass) {
+    const std::int32_t g = pass * groups_per_pass + warp % groups_per_pass;
+    const bool active = active_slice && g < groups;
+    warp_rows<D> w;
+#pragma unroll
+    for (int rr = 0; rr < rows_per_warp; ++rr) {
+      w.m[rr] = -INFINITY;
+      w.l[rr] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) w.o[rr][e] = 0.0f;
+      const std::int32_t row = g * rows_per_warp + rr;
+      w.vis[rr] = row < u.rows ? u.row.visible_keys(u.row.q_begin + row / u.heads, p.mask) : 0;
+    }
+    if (active) {
+      attend_slice<D, KV>(cv, my_slice, slices, kv_all + warp * kv_uint4_per_warp, tok_all + warp * stages * 2 * 32,
+                          q_s + static_cast<std::size_t>(g) * rows_per_warp * D, w);
+    }
+    // Sum o and l over the lanes of different keys (lanes c, c + lanes_per_key, ...).
+#pragma unroll
+    for (int rr = 0; rr < rows_per_warp; ++rr) {
+#pragma unroll
+      for (int x = G::lanes_per_key; x < 32; x *= 2) {
+        w.l[rr] += __shfl_xor_sync(0xffffffffu, w.l[rr], x);
+#pragma unroll
+        for (int e = 0; e < 16; ++e) w.o[rr][e] += __shfl_xor_sync(0xffffffffu, w.o[rr][e], x);
+      }
+    }
+    __syncthreads();  // every warp is done with its K/V buffers: comb may overwrite them
+    if (active && lane < G::lanes_per_key) {
+      const int c = lane;
+#pragma unroll
+      for (int rr = 0; rr < rows_per_warp; ++rr) {
+        const std::int32_t slot = my_slice * pass_rows + (g - pass * groups_per_pass) * rows_per_warp + rr;
+#pragma unroll
+        for (int e = 0; e < 16; ++e) {
+          const int d = e < 8 ? 8 * c + e : 8 * (c + G::lanes_per_key) + e - 8;
+          comb_o[slot * D + d] = w.o[rr][e];
+        }
+        if (c == 0) {
+          comb_m[slot] = w.m[rr];
+          comb_l[slot] = w.l[rr];
+        }
+      }
+    }
+    __syncthreads();
+
+    // Combine the slices in slice order; write O (one split) or this split's partial.
+    const std::int32_t row0 = pass * pass_rows;
+    const std::int32_t rows_here = u.rows - row0 < pass_rows ? u.rows - row0 : pass_rows;
+    for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < rows_here * D; x += threads) {
+      const std::int32_t rel = x / D, d = x % D, row = row0 + rel;
+      float mx = -INFINITY;
+      for (std::int32_t sl = 0; sl < slices; ++sl) mx = fmaxf(mx, comb_m[sl * pass_rows + rel]);
+      const float m_use = mx == -INFINITY ? 0.0f : mx;
+      float l = 0.0f, o = 0.0f;
+      for (std::int32_t sl = 0; sl < slices; ++sl) {
+        const float f = exp2_approx(comb_m[sl * pass_rows + rel] - m_use);
+        l = fmaf(comb_l[sl * pass_rows + rel], f, l);
+        o = fmaf(comb_o[(sl * pass_rows + rel) * D + d], f, o);
+      }
+      if (nsplit == 1) {
+        const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
+        const std::int32_t h = u.first_head + row % u.heads;
+        a.o.row(token, h)[d] = skim::cuda::from_float_device<TO>(l > 0.0f ? o / l : 0.0f);
+        if (d == 0 && a.lse != nullptr) a.lse[token * p.heads_q + h] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+      } else {
+        const std::int64_t prow = (u.id * lp.splits + split) * lp.max_rows + row;
+        lp.partial_o[prow * D + d] = o;
+        if (d == 0) {
+          lp.partial_ml[prow * 2] = mx;
+          lp.partial_ml[prow * 2 + 1] = l;
+        }
+      }
+    }
+    __syncthreads();  // comb is read before the next pass refills the K/V buffers
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Merge kernel
+
+inline constexpr int merge_threads = 128;
+
+template <class Index, class TO>
+__global__ void __launch_bounds__(merge_threads)
+    merge_kernel(const __grid_constant__ device_problem p, const Index index, const skim::cuda::device_view<TO> out,
+                 float* lse, const launch_params lp) {
+  unit u;
+  if (!make_unit(p, lp.q_blocks, u)) return;
+  const skim::cuda::device_block_table::span span = index.row(u.index_row);
+  const std::int32_t nsplit = used_splits(span.n > 0 ? span.n : 0, lp);
+  if (nsplit <= 1) return;  // the split kernel wrote O
+  const std::int32_t D = p.head_dim;
+  for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < u.rows * D; x += merge_threads) {
+    const std::int32_t row = x / D, d = x % D;
+    const std::int64_t first = u.id * lp.splits * lp.max_rows + row;  // partial row of split 0
+    const std::int64_t stride = lp.max_rows;                          // rows between splits
+    float mx = -INFINITY;
+    for (std::int32_t s = 0; s < nsplit; ++s) mx = fmaxf(mx, lp.partial_ml[(first + s * stride) * 2]);
+    const float m_use = mx == -INFINITY ? 0.0f : mx;
+    float l = 0.0f, o = 0.0f;
+    for (std::int32_t s = 0; s < nsplit; ++s) {
+      const std::int64_t prow = first + s * stride;
+      const float f = exp2_approx(lp.partial_ml[prow * 2] - m_use);
+      l = fmaf(lp.partial_ml[prow * 2 + 1], f, l);
+      o = fmaf(lp.partial_o[prow * D + d], f, o);
+    }
+    const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
+    const std::int32_t h = u.first_head + row % u.heads;
+    out.row(token, h)[d] = skim::cuda::from_float_device<TO>(l > 0.0f ? o / l : 0.0f);
+    if (d == 0 && lse != nullptr) lse[token * p.heads_q + h] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+  }
+}
+
+}  // namespace skim::exec::cuda::decode_detail

@@ -1,0 +1,485 @@
+// exec::cuda::decode against exec::reference (CPU, double) on random decode shapes: 0..8 queries per
+// sequence (decode and speculative rows, empty sequences), kv lengths not multiples of block_kv,
+// GQA groups 1/4/8, head_dim 64 and 128, block_kv 16..128, contiguous and paged K/V (page sizes unlike
+// block_kv), kv-head and query-head index scope, block_table and block_csr, bf16 and fp16 inputs,
+// 16-bit and fp32 outputs, several splits per row. Also: bit-identical reruns, every output written
+// (buffers start as NaN), the device error word for bad ids / order / counts / pages, host errors.
+//
+// Run only these: skim_cuda_tests -tc='decode*'   (the sanitizer runs the "decode small" cases)
+#include "cuda/support.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "skim/exec/cpu/reference.hpp"
+#include "skim/index/block_csr.hpp"
+#include "support/executor_cases.hpp"
+#include "support/random_case.hpp"
+
+namespace {
+
+using namespace skim;
+using namespace skim::test;
+namespace sc = skim::cuda;
+namespace tc = skim::test::cuda;
+using skim::exec::cuda::decode;
+
+// ---------------------------------------------------------------------------------------------
+// Cases
+
+// A random decode shape: every sequence has at most 8 queries; at least one has a query and a key.
+case_spec random_decode_spec(std::mt19937& rng) {
+  case_spec s;
+  s.head_dim = pick(rng, {64, 128});
+  s.heads_kv = uniform(rng, 1, 2);
+  s.heads_q = s.heads_kv * pick(rng, {1, 4, 8});
+  s.block_kv = pick(rng, {16, 32, 64, 128});
+  s.block_q = pick(rng, {1, 2, 4, 8, 16, 64});
+  s.mask = chance(rng, 0.85) ? mask_kind::causal : mask_kind::none;
+  s.scope = chance(rng, 0.7) ? index_scope::kv_head : index_scope::query_head;
+  s.softmax_scale = chance(rng, 0.5) ? 0.0f
+                                     : std::uniform_real_distribution<float>(0.3f, 3.0f)(rng) /
+                                           std::sqrt(static_cast<float>(s.head_dim));
+  const std::int32_t batch = uniform(rng, 1, 5);
+  s.seqs.clear();
+  for (std::int32_t b = 0; b < batch; ++b) {
+    sequence_lengths l;
+    const int kind = uniform(rng, 0, 9);
+    l.q = kind == 0 ? 0 : (kind <= 5 ? 1 : uniform(rng, 2, 8));
+    const int kv_kind = uniform(rng, 0, 9);
+    l.kv = kv_kind == 0 ? 0 : (kv_kind == 1 ? uniform(rng, 0, 8) : uniform(rng, 1, 2500));
+    s.seqs.push_back(l);
+  }
+  if (std::none_of(s.seqs.begin(), s.seqs.end(), [](const sequence_lengths& l) { return l.q > 0 && l.kv > 0; })) {
+    s.seqs[0] = {uniform(rng, 1, 8), uniform(rng, 1, 2500)};
+  }
+  s.paged = chance(rng, 0.5);
+  do {
+    s.page_size = pick(rng, {8, 16, 17, 32, 64, 100, 128});
+  } while (s.page_size == s.block_kv);
+  return s;
+}
+
+// Per-row sorted unique ids, in CSR and block_table form (rows numbered as skim::problem numbers them).
+struct host_index {
+  std::vector<std::vector<std::int32_t>> rows;
+  std::vector<std::int32_t> row_ptr{0}, col_idx;
+  std::vector<std::int32_t> ids, count;
+  std::int32_t width = 0;
+
+  void finish(std::int32_t pad) {
+    for (const auto& r : rows) width = std::max(width, static_cast<std::int32_t>(r.size()));
+    width += pad;
+    for (const auto& r : rows) {
+      col_idx.insert(col_idx.end(), r.begin(), r.end());
+      row_ptr.push_back(static_cast<std::int32_t>(col_idx.size()));
+      count.push_back(static_cast<std::int32_t>(r.size()));
+      for (std::int32_t j = 0; j < width; ++j) ids.push_back(j < static_cast<std::int32_t>(r.size()) ? r[j] : -1);
+    }
+  }
+  [[nodiscard]] index::block_csr csr_view() const { return {row_ptr, col_idx}; }
+  [[nodiscard]] std::int32_t max_count() const {
+    std::int32_t n = 0;
+    for (const auto& r : rows) n = std::max(n, static_cast<std::int32_t>(r.size()));
+    return n;
+  }
+};
+
+// Up to max_ids visible blocks per row, often with the newest one (ragged tail, causal diagonal);
+// some rows empty.
+host_index random_index(const problem& p, std::mt19937& rng, std::int32_t max_ids) {
+  host_index hi;
+  REQUIRE(for_each_row(p, [&](const row_info& r) {
+            std::set<std::int32_t> s;
+            if (r.visible_blocks > 0 && !chance(rng, 0.08)) {
+              const std::int32_t k = uniform(rng, 1, std::min(r.visible_blocks, max_ids));
+              if (chance(rng, 0.6)) s.insert(r.visible_blocks - 1);
+              while (static_cast<std::int32_t>(s.size()) < k) s.insert(uniform(rng, 0, r.visible_blocks - 1));
+            }
+            hi.rows.emplace_back(s.begin(), s.end());
+          }).ok());
+  hi.finish(uniform(rng, 0, 2));
+  return hi;
+}
+
+// The index on the device (buffers of at least one element, so no pointer is null).
+struct device_index {
+  tc::buffer<std::int32_t> ids, count, row_ptr, col_idx;
+  std::int32_t width = 0;
+  std::int64_t rows = 0;
+
+  explicit device_index(const host_index& h)
+      : ids(std::max<std::size_t>(h.ids.size(), 1)), count(std::max<std::size_t>(h.count.size(), 1)),
+        row_ptr(h.row_ptr), col_idx(std::max<std::size_t>(h.col_idx.size(), 1)), width(h.width),
+        rows(static_cast<std::int64_t>(h.rows.size())) {
+    upload_prefix(ids, h.ids);
+    upload_prefix(count, h.count);
+    upload_prefix(col_idx, h.col_idx);
+  }
+  static void upload_prefix(tc::buffer<std::int32_t>& b, const std::vector<std::int32_t>& v) {
+    if (!v.empty()) SKIM_CUDA_REQUIRE(cudaMemcpy(b.data(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  }
+  [[nodiscard]] sc::device_block_table table() const {
+    return {.ids = ids.data(), .count = count.data(), .width = width, .rows = rows};
+  }
+  [[nodiscard]] sc::device_block_csr csr(std::int64_t capacity) const {
+    return {.row_ptr = row_ptr.data(), .col_idx = col_idx.data(), .capacity = capacity, .rows = rows};
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Running
+
+template <class TO>
+struct gpu_output {
+  std::vector<TO> o;
+  std::vector<float> lse;
+  std::uint32_t error = 0;
+};
+
+// Runs decode once into fresh NaN-poisoned O / lse buffers and a 0xff-filled workspace.
+// bound < 0: run(a, workspace, ...) (the index's own bound); else run(a, bound, workspace, ...).
+template <class TO, class T, class KV, class Index>
+gpu_output<TO> run_decode(const decode& dec, tc::device_case<T, T>& dc, const sc::device_problem& p, const KV& kv,
+                          const Index& index, std::int32_t tokens_q, std::int32_t bound = -1) {
+  const std::size_t n = static_cast<std::size_t>(std::max(tokens_q, 1)) * p.heads_q * p.head_dim;
+  tc::buffer<TO> o(n);
+  tc::buffer<float> lse(static_cast<std::size_t>(std::max(tokens_q, 1)) * p.heads_q);
+  const sc::device_attention_args<T, KV, Index, TO> a{
+      .prob = p,
+      .q = sc::device_view<const T>::token_major(dc.q.data(), p.heads_q, p.head_dim),
+      .kv = kv,
+      .index = index,
+      .o = sc::device_view<TO>::token_major(o.data(), p.heads_q, p.head_dim),
+      .lse = lse.data()};
+  const std::size_t ws_bytes = dec.workspace_bytes(p, bound < 0 ? decode::selected_bound(index) : bound);
+  tc::buffer<std::uint8_t> ws(ws_bytes);
+  const status st = bound < 0 ? dec.run(a, ws.data(), ws_bytes, nullptr) : dec.run(a, bound, ws.data(), ws_bytes, nullptr);
+  INFO("run: " << st.message());
+  REQUIRE(st.ok());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  gpu_output<TO> out;
+  out.o = o.download();
+  out.lse = lse.download();
+  out.o.resize(static_cast<std::size_t>(tokens_q) * p.heads_q * p.head_dim);
+  out.lse.resize(static_cast<std::size_t>(tokens_q) * p.heads_q);
+  out.error = dc.error_bits();
+  return out;
+}
+
+template <class TO>
+[[nodiscard]] constexpr double tolerance() {
+  return std::is_same_v<TO, float> ? 2e-3 : (std::is_same_v<TO, skim::half> ? 4e-3 : 1.2e-2);
+}
+
+// Per (token, head): an empty reference row (lse -inf) must be exactly o = 0, lse = -inf; otherwise
+// relative L2 error of o <= tol and |Δlse| <= 1e-3 · max(1, |lse|). NaN (an unwritten element) fails.
+template <class TO>
+void check_against(const case_spec& s, const gpu_output<TO>& g, const output<float>& ref, std::int32_t tokens_q) {
+  const std::int32_t d = s.head_dim;
+  const double floor = 0.05 * std::sqrt(static_cast<double>(d));
+  std::int64_t failures = 0, empty = 0;
+  double max_rel = 0.0, max_dlse = 0.0;
+  std::string first;
+  for (std::int32_t t = 0; t < tokens_q; ++t) {
+    for (std::int32_t h = 0; h < s.heads_q; ++h) {
+      const std::size_t row = static_cast<std::size_t>(t) * s.heads_q + h;
+      const float rl = ref.lse[row], gl = g.lse[row];
+      double err = 0.0, norm = 0.0;
+      bool zero = true;
+      for (std::int32_t e = 0; e < d; ++e) {
+        const double x = to_float(g.o[row * d + e]), y = ref.o[row * d + e];
+        err += (x - y) * (x - y);
+        norm += y * y;
+        zero = zero && x == 0.0;
+      }
+      std::string what;
+      if (rl == -INFINITY) {
+        ++empty;
+        if (!zero) what = "row with no visible key has non-zero (or NaN) o";
+        else if (!(gl == -INFINITY)) what = "row with no visible key has lse " + std::to_string(gl);
+      } else {
+        const double rel = std::sqrt(err) / std::max(std::sqrt(norm), floor);
+        const double dl = std::abs(static_cast<double>(gl) - rl);
+        max_rel = std::max(max_rel, std::isnan(rel) ? INFINITY : rel);
+        max_dlse = std::max(max_dlse, std::isnan(dl) ? INFINITY : dl);
+        if (!(rel <= tolerance<TO>())) what = "relative error of o " + std::to_string(rel);
+        else if (!(dl <= 1e-3 * std::max(1.0, std::abs(static_cast<double>(rl)))))
+          what = "lse " + std::to_string(gl) + " vs reference " + std::to_string(rl);
+      }
+      if (!what.empty() && failures++ == 0) first = "token " + std::to_string(t) + " head " + std::to_string(h) + ": " + what;
+    }
+  }
+  INFO("rows " << tokens_q * s.heads_q << ", empty " << empty << ", max rel o " << max_rel << ", max |dlse| "
+               << max_dlse << ", failures " << failures << ", first: " << first);
+  CHECK(failures == 0);
+}
+
+// The reference's O (fp32) and lse for c with hi's selection, into ref (output<float>(c.spec, tokens_q)).
+template <class T>
+void reference_output(const random_case<T, T>& c, const host_index& hi, output<float>& ref) {
+  const attention_args<T, contiguous_kv<T>, index::block_csr, float> ra{
+      .prob = c.prob(), .q = c.q_view(), .kv = c.contiguous(), .index = hi.csr_view(), .o = ref.view, .lse = ref.lse};
+  const status st = exec::reference{}.run(ra, {});
+  INFO("reference: " << st.message());
+  REQUIRE(st.ok());
+}
+
+// Calls f(kv source) for the storage the spec asks for.
+template <class T, class F>
+void with_kv(const random_case<T, T>& c, const tc::device_case<T, T>& dc, F&& f) {
+  if (c.spec.paged) {
+    f(dc.paged(c));
+  } else {
+    f(dc.contiguous(c.spec));
+  }
+}
+
+// One random case of element types Types, compared with the reference.
+template <class Types>
+void random_decode_case(std::uint32_t seed) {
+  using T = typename Types::q;
+  using TO = typename Types::o;
+  static_assert(std::is_same_v<T, typename Types::kv>);
+  std::mt19937 rng(seed);
+  case_spec s = random_decode_spec(rng);
+  const random_case<T, T> c(s, rng);
+  const host_index hi = random_index(c.prob(), rng, 20);
+  decode dec;
+  dec.chunk_blocks = pick(rng, {1, 2, 3, 8});
+  const bool csr = chance(rng, 0.5);
+  const bool explicit_bound = chance(rng, 0.5);
+  INFO("seed " << seed << ": " << s.describe() << ", chunk_blocks " << dec.chunk_blocks << (csr ? ", csr" : ", table")
+               << (explicit_bound ? " explicit bound" : "") << ", width " << hi.width);
+  MESSAGE("decode random seed " << seed << ": " << s.describe());
+
+  tc::device_case<T, T> dc(c);
+  const device_index di(hi);
+  const sc::device_problem p = dc.prob(s);
+  REQUIRE(dec.can_implement(p).ok());
+  output<float> ref(c.spec, c.tokens_q());
+  reference_output(c, hi, ref);
+  const std::int32_t bound = explicit_bound ? hi.max_count() : -1;
+  with_kv(c, dc, [&](const auto& kv) {
+    const auto g = csr ? run_decode<TO>(dec, dc, p, kv, di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
+                                        c.tokens_q(), bound)
+                       : run_decode<TO>(dec, dc, p, kv, di.table(), c.tokens_q(), bound);
+    CHECK(g.error == 0u);
+    check_against(s, g, ref, c.tokens_q());
+  });
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE_TEMPLATE("decode random shapes against reference", Types, types<skim::bfloat16, skim::bfloat16, skim::bfloat16>,
+                   types<skim::bfloat16, skim::bfloat16, float>, types<skim::half, skim::half, skim::half>, types<skim::half, skim::half, float>) {
+  std::uint32_t base = 1000;
+  if constexpr (std::is_same_v<typename Types::o, float>) base += 100;
+  if constexpr (std::is_same_v<typename Types::q, skim::half>) base += 200;
+  for (std::uint32_t i = 0; i < 16; ++i) random_decode_case<Types>(base + i);
+}
+
+// A small fixed case for compute-sanitizer (memcheck, racecheck): decode and speculative rows,
+// partial blocks, several splits per row (merge kernel), both sources and both index forms.
+TEST_CASE("decode small: fixed shapes, both sources and index forms") {
+  for (const std::int32_t d : {64, 128}) {
+    std::mt19937 rng(7u + static_cast<std::uint32_t>(d));
+    case_spec s;
+    s.head_dim = d;
+    s.heads_kv = 2;
+    s.heads_q = 8;
+    s.block_q = 8;
+    s.block_kv = 16;
+    s.seqs = {{1, 50}, {3, 37}, {0, 20}, {2, 0}, {1, 16}};
+    s.page_size = 24;
+    const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
+    const host_index hi = random_index(c.prob(), rng, 4);
+    output<float> ref(c.spec, c.tokens_q());
+    reference_output(c, hi, ref);
+    tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
+    const device_index di(hi);
+    const sc::device_problem p = dc.prob(s);
+    for (const std::int32_t chunk : {1, 8}) {
+      decode dec;
+      dec.chunk_blocks = chunk;
+      INFO("d " << d << " chunk_blocks " << chunk);
+      {
+        const auto g = run_decode<float>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q());
+        CHECK(g.error == 0u);
+        check_against(s, g, ref, c.tokens_q());
+      }
+      {
+        const auto g = run_decode<float>(dec, dc, p, dc.paged(c), di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
+                                         c.tokens_q(), hi.max_count());
+        CHECK(g.error == 0u);
+        check_against(s, g, ref, c.tokens_q());
+      }
+    }
+  }
+}
+
+TEST_CASE("decode deterministic: two runs give bit-identical O and lse") {
+  for (std::uint32_t seed = 50; seed < 54; ++seed) {
+    std::mt19937 rng(seed);
+    case_spec s = random_decode_spec(rng);
+    const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
+    const host_index hi = random_index(c.prob(), rng, 20);
+    INFO("seed " << seed << ": " << s.describe());
+    tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
+    const device_index di(hi);
+    const sc::device_problem p = dc.prob(s);
+    decode dec;
+    dec.chunk_blocks = 2;
+    with_kv(c, dc, [&](const auto& kv) {
+      const auto g1 = run_decode<float>(dec, dc, p, kv, di.table(), c.tokens_q());
+      const auto g2 = run_decode<float>(dec, dc, p, kv, di.table(), c.tokens_q());
+      CHECK(std::memcmp(g1.o.data(), g2.o.data(), g1.o.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(g1.lse.data(), g2.lse.data(), g1.lse.size() * sizeof(float)) == 0);
+    });
+  }
+}
+
+TEST_CASE("decode bad index content is skipped and reported") {
+  std::mt19937 rng(91);
+  case_spec s;
+  s.head_dim = 128;
+  s.heads_kv = 1;
+  s.heads_q = 4;
+  s.block_q = 8;
+  s.block_kv = 32;
+  s.seqs = {{1, 300}, {2, 200}};
+  s.paged = true;
+  s.page_size = 16;
+  const random_case<skim::half, skim::half> c(s, rng);
+  host_index good;
+  good.rows = {{0, 3, 5, 9}, {1, 2, 6}};  // row 0: sequence 0 (10 blocks), row 1: sequence 1 (7 blocks)
+  good.finish(1);
+  tc::device_case<skim::half, skim::half> dc(c);
+  const sc::device_problem p = dc.prob(s);
+  decode dec;
+  dec.chunk_blocks = 2;
+
+  SUBCASE("valid index: error word 0") {
+    const device_index di(good);
+    CHECK(run_decode<skim::half>(dec, dc, p, dc.paged(c), di.table(), c.tokens_q()).error == 0u);
+  }
+  SUBCASE("id past the visible blocks") {
+    host_index h;
+    h.rows = {{0, 3, 5, 10}, {1, 2, 6}};
+    h.finish(0);
+    const device_index di(h);
+    CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q()).error & sc::bad_block_id) != 0u);
+  }
+  SUBCASE("negative id") {
+    host_index h;
+    h.rows = {{0, 3, 5, 9}, {-1, 2, 6}};
+    h.finish(0);
+    const device_index di(h);
+    CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), di.csr(7), c.tokens_q()).error & sc::bad_block_id) != 0u);
+  }
+  SUBCASE("ids not increasing (within and across splits)") {
+    for (const auto& row0 : {std::vector<std::int32_t>{3, 0, 5, 9}, std::vector<std::int32_t>{0, 5, 5, 9}}) {
+      host_index h;
+      h.rows = {row0, {1, 2, 6}};
+      h.finish(0);
+      const device_index di(h);
+      CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q()).error & sc::bad_order) != 0u);
+    }
+  }
+  SUBCASE("count past the width, and rows past index.rows") {
+    device_index di(good);
+    std::vector<std::int32_t> count = {good.width + 1, 3};
+    di.count.upload(count);
+    CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q()).error & sc::bad_count) != 0u);
+    sc::device_block_csr short_csr = di.csr(7);
+    short_csr.rows = 1;
+    CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), short_csr, c.tokens_q()).error & sc::bad_count) != 0u);
+  }
+  SUBCASE("more ids than the bound given to run") {
+    const device_index di(good);
+    CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), di.csr(7), c.tokens_q(), 2).error & sc::bad_count) != 0u);
+  }
+  SUBCASE("page outside the pool") {
+    const device_index di(good);
+    for (const std::int32_t bad : {-1, c.num_pages}) {
+      std::vector<std::int32_t> pages = c.page_indices;
+      pages[0] = bad;  // sequence 0's first page: tokens 0..15, in selected block 0
+      dc.page_indices.upload(pages);
+      CHECK((run_decode<skim::half>(dec, dc, p, dc.paged(c), di.table(), c.tokens_q()).error & sc::bad_page) != 0u);
+      dc.page_indices.upload(c.page_indices);
+    }
+  }
+}
+
+TEST_CASE("decode host errors") {
+  std::mt19937 rng(5);
+  case_spec s;
+  s.head_dim = 128;
+  s.heads_kv = 2;
+  s.heads_q = 8;
+  s.block_q = 8;
+  s.block_kv = 16;
+  s.seqs = {{1, 100}, {1, 64}};
+  const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
+  host_index hi;
+  hi.rows = {{0, 1, 2}, {3, 6}, {0, 3}, {1}};
+  hi.finish(0);
+  tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
+  const device_index di(hi);
+  sc::device_problem p = dc.prob(s);
+  decode dec;
+  dec.chunk_blocks = 1;
+
+  const auto args = [&](const sc::device_problem& prob, float* o) {
+    return sc::device_attention_args<skim::bfloat16, sc::device_contiguous_kv<skim::bfloat16>, sc::device_block_table, float>{
+        .prob = prob,
+        .q = sc::device_view<const skim::bfloat16>::token_major(dc.q.data(), prob.heads_q, prob.head_dim),
+        .kv = dc.contiguous(s),
+        .index = di.table(),
+        .o = sc::device_view<float>::token_major(o, prob.heads_q, prob.head_dim),
+        .lse = nullptr};
+  };
+  tc::buffer<float> o(static_cast<std::size_t>(c.tokens_q()) * s.heads_q * s.head_dim);
+
+  SUBCASE("head_dim 96 is unsupported") {
+    sc::device_problem q = p;
+    q.head_dim = 96;
+    const status st = dec.can_implement(q);
+    CHECK(st.code() == status_code::unsupported);
+    CHECK(std::string(st.message()).find("96") != std::string::npos);
+    CHECK(dec.run(args(q, o.data()), nullptr, 0, nullptr).code() == status_code::unsupported);
+  }
+  SUBCASE("more queries than max_queries is unsupported") {
+    sc::device_problem q = p;
+    q.max_seqlen_q = 9;
+    CHECK(dec.can_implement(q).code() == status_code::unsupported);
+  }
+  SUBCASE("workspace too small names both sizes") {
+    const std::size_t need = dec.workspace_bytes(p, hi.width);
+    REQUIRE(need > 0);
+    tc::buffer<std::uint8_t> ws(need);
+    const status st = dec.run(args(p, o.data()), ws.data(), need - 1, nullptr);
+    CHECK(st.code() == status_code::workspace_too_small);
+    CHECK(std::string(st.message()).find(std::to_string(need)) != std::string::npos);
+    CHECK(std::string(st.message()).find(std::to_string(need - 1)) != std::string::npos);
+    CHECK(dec.run(args(p, o.data()), nullptr, need, nullptr).code() == status_code::workspace_too_small);
+    CHECK(dec.run(args(p, o.data()), ws.data(), need, nullptr).ok());
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+    CHECK(dc.error_bits() == 0u);
+  }
+  SUBCASE("misaligned K/V stride") {
+    auto a = args(p, o.data());
+    a.kv.head_stride = 132;
+    a.kv.token_stride = 132 * 2;
+    CHECK(dec.run(a, nullptr, 1 << 20, nullptr).code() == status_code::misaligned);
+  }
+}
