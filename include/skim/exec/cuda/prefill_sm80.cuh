@@ -69,8 +69,11 @@ struct params {
   float scale_log2 = 0.0f;  // softmax scale · log2(e): scores are kept in base-2 units
 };
 
+// Tiles start on 128 bytes (the XOR addressing below needs address bits 4..6 of a tile base clear);
+// the dynamic allocation's own alignment is not relied on beyond 16 bytes, hence the slack.
+inline constexpr int tile_alignment = 128;
 template <int D, int BQ, int BK>
-inline constexpr std::size_t smem_bytes = static_cast<std::size_t>(BQ + 4 * BK) * D * 2;  // Q + 2 x (K, V)
+inline constexpr std::size_t smem_bytes = static_cast<std::size_t>(BQ + 4 * BK) * D * 2 + tile_alignment;  // Q + 2 x (K, V)
 
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers
@@ -245,7 +248,9 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   constexpr int dn = D / 8;                   // 8-wide n tiles of O
   constexpr int sn = slice_keys / 8;          // 8-wide n tiles of S
 
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(16) unsigned char skim_prefill_smem[];
+  unsigned char* const smem =
+      skim_prefill_smem + (tile_alignment - smem_u32(skim_prefill_smem) % tile_alignment) % tile_alignment;
   T* const sq = reinterpret_cast<T*>(smem);  // [BQ][D]
   T* const sk = sq + BQ * D;                 // [2][BK][D]
   T* const sv = sk + 2 * BK * D;             // [2][BK][D]
