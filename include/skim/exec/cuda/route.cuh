@@ -1,0 +1,560 @@
+#pragma once
+// Decode routing on the device: score every visible key block of each (sequence, index head) from its
+// max_bound summary (summarize.cuh), keep the reserved sink and local blocks, add the top-k of the
+// rest, and write a device_block_table the CUDA decode executor reads. With summarize.cuh's
+// append_newest() a whole decode step (append, route, attend) runs on the device: no host
+// synchronisation, no allocation, kernel launches only, so it can be captured in a CUDA graph and
+// replayed while the sequences grow (the host knows only the bounds of device_problem).
+//
+// It computes exactly what the CPU pipeline computes for a decode problem:
+//   summarize::max_bound -> route::pooled_router{pool, reduce} -> select::reserved<select::top_k>
+// with the same bits: a block's score sums q_d · (q_d >= 0 ? max_d : min_d) over d in index order in
+// fp32 (equal, term by term, to max_bound::score's max(q_d·min_d, q_d·max_d); products and sums are
+// rounded one by one: __fmul_rn/__fadd_rn, never fused), reduces the group's heads in head order and
+// scales as pooled_router does. Ties rank by the lower block id, NaN as -inf, -0 as +0
+// (select/rank.hpp), so the ids are the CPU's, bit for bit.
+//
+// Decode means one query per sequence: device_problem::max_seqlen_q <= 1 (a sequence with no query
+// has no row). Row numbering is common.cuh's, row = q_block_offset(b) * index_heads + h, which for
+// decode is (cu_seqlens_q[b] - cu_seqlens_q[0]) * index_heads + h. Rows are written completely: ids
+// ascending in [0, count), index::block_table::pad (-1) in [count, width).
+//
+// Two kernels:
+//  - score: grid (32-block tiles, index heads, sequences), 128 threads. A CTA stages its 32 blocks'
+//    min/max (64 dims at a time, converted to fp32, rows padded to 65 floats so the 32 lanes read
+//    distinct banks) and the row's query heads; lane j sums block j's bound for the heads of its warp.
+//    Writes scores [batch, index_heads, max_kv_blocks] (-inf past the visible blocks) to the workspace.
+//  - select: one CTA of 256 threads per (sequence, index head). Order-preserving 32-bit keys of the
+//    candidates' scores in shared memory (<= max_blocks), a 4-pass radix select (8 bits a pass,
+//    warp-aggregated shared-memory histograms) finds the k-th best key and how many of its ties to
+//    keep; one block-wide scan in id order writes the chosen ids ascending (ties: lower ids first).
+//
+// Cost (H200, B = 8, heads_kv = 8, group 4, head_dim 128, bk = 128, N = 131072: 1024 blocks a row):
+// scoring reads 2 · 1024 · 128 summary elements per (sequence, kv head): 33.5 MB for the batch in
+// bf16 (7 µs at 4.8 TB/s), 67 MB in fp32 (14 µs): keep summaries in K's 16-bit type (exact). It does
+// 4 · 128 fmul+fadd per block and row (2048 CTAs, ~4 µs of issue, overlapping the loads). Selection
+// is 64 CTAs of ~4 radix passes over 1024 keys (~2 µs). Estimates, not yet measured.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <type_traits>
+
+#include "skim/core/workspace.hpp"
+#include "skim/exec/cuda/common.cuh"
+#include "skim/exec/cuda/summarize.cuh"
+#include "skim/index/block_table.hpp"
+#include "skim/route/pooled_router.hpp"
+#include "skim/select/reserved.hpp"
+#include "skim/select/top_k.hpp"
+
+namespace skim::cuda {
+
+// A device_block_table the router writes (same layout); converts to the read-only view.
+struct mutable_device_block_table {
+  std::int32_t* ids = nullptr;    // [rows, width]
+  std::int32_t* count = nullptr;  // [rows]
+  std::int32_t width = 0;
+  std::int64_t rows = 0;
+
+  [[nodiscard]] constexpr operator device_block_table() const noexcept { return {ids, count, width, rows}; }
+};
+
+// What decode_router::run() takes.
+template <class TQ, class TS>
+struct decode_route_args {
+  device_problem prob;              // max_seqlen_q <= 1
+  device_view<const TQ> q;          // [tokens_q, heads_q, head_dim]
+  device_max_bound<TS> summaries;   // read only; blocks [0, kv_blocks(b)) of every sequence summarised
+  mutable_device_block_table index; // [rows, width >= decode_router::width(prob)], written
+};
+
+namespace detail::route_impl {
+
+inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+inline constexpr unsigned full_mask = 0xffffffffu;
+
+// Score kernel geometry.
+inline constexpr int tile_blocks = 32;             // blocks per CTA, one per lane
+inline constexpr int chunk_dims = 64;              // head dims staged per pass
+inline constexpr int row_floats = chunk_dims + 1;  // odd: lane j's element d sits in bank (j + d) % 32
+inline constexpr int score_warps = 4;
+inline constexpr int score_threads = 32 * score_warps;
+inline constexpr int max_group = 32;                           // query heads per row
+inline constexpr int heads_per_warp = max_group / score_warps;  // warp w scores heads w, w + 4, ...
+
+// Select kernel geometry.
+inline constexpr int select_threads = 256;
+inline constexpr int select_warps = select_threads / 32;
+inline constexpr int radix_bins = 256;
+
+struct score_params {
+  float scale = 1.0f;                  // problem's softmax scale (pooled_router's)
+  route::group_reduce reduce{};        //
+  std::int32_t heads = 1;              // query heads per row (<= max_group)
+  std::int64_t stride = 0;             // floats per score row: the problem's max_kv_blocks()
+  bool vector_loads = false;           // 16-byte loads of records (head_dim·sizeof(TS) % 16 == 0, aligned)
+};
+
+struct select_params {
+  std::int32_t k = 0;       // top_k's k
+  std::int32_t sink = 0;    // reserved's sink
+  std::int32_t newest = 0;  // reserved's max(local, recency ? 1 : 0)
+  std::int64_t stride = 0;  // floats per score row
+};
+
+[[nodiscard]] __device__ __forceinline__ std::int32_t clamp_blocks(std::int32_t x, std::int32_t hi) noexcept {
+  return x < 0 ? 0 : (x > hi ? hi : x);
+}
+
+// Stages dims [d0, d0 + dn) of n blocks' min and max (records block_stride elements apart) as fp32
+// rows of row_floats.
+template <class TS>
+__device__ __forceinline__ void stage_records(const TS* lo, const TS* hi, std::int64_t block_stride, int n, int d0,
+                                              int dn, bool vector_loads, float* slo, float* shi) noexcept {
+  if (vector_loads) {
+    constexpr int per = 16 / static_cast<int>(sizeof(TS));
+    const int vecs = dn / per;  // dn % per == 0 when vector_loads
+    const int half = n * vecs;
+    for (int i = static_cast<int>(threadIdx.x); i < 2 * half; i += score_threads) {
+      const bool upper = i >= half;
+      const int k = upper ? i - half : i;
+      const int jj = k / vecs;
+      const int c = (k - jj * vecs) * per;
+      const uint4 w = *reinterpret_cast<const uint4*>((upper ? hi : lo) + jj * block_stride + d0 + c);
+      TS e[per];
+      memcpy(e, &w, sizeof w);
+      float* dst = (upper ? shi : slo) + jj * row_floats + c;
+#pragma unroll
+      for (int m = 0; m < per; ++m) dst[m] = skim::cuda::to_float(e[m]);
+    }
+  } else {
+    const int half = n * dn;
+    for (int i = static_cast<int>(threadIdx.x); i < 2 * half; i += score_threads) {
+      const bool upper = i >= half;
+      const int k = upper ? i - half : i;
+      const int jj = k / dn;
+      const int dd = k - jj * dn;
+      (upper ? shi : slo)[jj * row_floats + dd] = skim::cuda::to_float((upper ? hi : lo)[jj * block_stride + d0 + dd]);
+    }
+  }
+}
+
+// Grid (tile of 32 blocks, index head, sequence). Shared memory: slo, shi [tile_blocks, row_floats],
+// queries [heads, chunk_dims], head scores [heads, tile_blocks].
+template <class TQ, class TS>
+__global__ void __launch_bounds__(score_threads)
+    decode_score_kernel(device_problem p, device_view<const TQ> q, device_max_bound<TS> s, float* scores,
+                        score_params sp) {
+  extern __shared__ float4 route_score_smem[];
+  float* slo = reinterpret_cast<float*>(route_score_smem);
+  float* shi = slo + tile_blocks * row_floats;
+  float* sq = shi + tile_blocks * row_floats;
+  float* part = sq + sp.heads * chunk_dims;
+
+  const int j0 = static_cast<int>(blockIdx.x) * tile_blocks;
+  const int rh = static_cast<int>(blockIdx.y);
+  const int b = static_cast<int>(blockIdx.z);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  float* out = scores + (static_cast<std::int64_t>(b) * p.index_heads() + rh) * sp.stride + j0;
+  const int n_out = static_cast<int>(sp.stride - j0 < tile_blocks ? sp.stride - j0 : tile_blocks);
+
+  const device_row r = make_device_row(p, b, 0);  // decode: the sequence's one query block
+  const int n = r.ok ? clamp_blocks(r.visible_blocks - j0, tile_blocks) : 0;
+  if (n == 0) {  // no row here, or blocks past the visible ones: -inf (block-uniform exit)
+    for (int i = static_cast<int>(threadIdx.x); i < n_out; i += score_threads) out[i] = neg_inf;
+    return;
+  }
+  const int heads = sp.heads;
+  const bool kv_scope = p.scope == index_scope::kv_head;
+  const int first_head = kv_scope ? rh * heads : rh;
+  const int kv_head = kv_scope ? rh : rh / p.group_size();
+  const std::int64_t token = static_cast<std::int64_t>(r.q_offset) + r.q_end - 1;
+  const std::int64_t rec = s.record(p, b, j0, kv_head);
+  const std::int64_t block_stride = static_cast<std::int64_t>(p.heads_kv) * p.head_dim;
+
+  float acc[heads_per_warp];
+#pragma unroll
+  for (int i = 0; i < heads_per_warp; ++i) acc[i] = 0.0f;
+  bool empty = false;  // a record with no key (min_0 > max_0) scores -inf
+  for (int d0 = 0; d0 < p.head_dim; d0 += chunk_dims) {
+    const int dn = p.head_dim - d0 < chunk_dims ? p.head_dim - d0 : chunk_dims;
+    __syncthreads();  // the previous chunk has been read
+    stage_records(s.lo + rec, s.hi + rec, block_stride, n, d0, dn, sp.vector_loads, slo, shi);
+    for (int i = static_cast<int>(threadIdx.x); i < heads * dn; i += score_threads) {
+      const int g = i / dn;
+      const int dd = i - g * dn;
+      sq[g * chunk_dims + dd] = skim::cuda::to_float(q.row(token, first_head + g)[d0 + dd]);
+    }
+    __syncthreads();
+    if (lane < n) {
+      const float* lo_row = slo + lane * row_floats;
+      const float* hi_row = shi + lane * row_floats;
+      if (d0 == 0) empty = lo_row[0] > hi_row[0];
+#pragma unroll
+      for (int i = 0; i < heads_per_warp; ++i) {
+        const int g = warp + i * score_warps;
+        if (g < heads) {
+          const float* qg = sq + g * chunk_dims;
+          float a = acc[i];
+#pragma unroll 8
+          for (int dd = 0; dd < dn; ++dd) {
+            const float qv = qg[dd];
+            // max(q·min, q·max) as max_bound::score takes it; the branch is warp-uniform (one head).
+            const float x = (qv >= 0.0f ? hi_row : lo_row)[dd];
+            a = __fadd_rn(a, __fmul_rn(qv, x));
+          }
+          acc[i] = a;
+        }
+      }
+    }
+  }
+  if (lane < n) {
+#pragma unroll
+    for (int i = 0; i < heads_per_warp; ++i) {
+      const int g = warp + i * score_warps;
+      if (g < heads) {
+        const float x = empty ? neg_inf : acc[i];
+        part[g * tile_blocks + lane] = x > neg_inf ? x : neg_inf;  // NaN pools as -inf (pooled_router)
+      }
+    }
+  }
+  __syncthreads();
+  if (warp == 0 && lane < n_out) {
+    float result = neg_inf;
+    if (lane < n) {
+      const bool by_max = sp.reduce == route::group_reduce::max;
+      float a = by_max ? neg_inf : 0.0f;
+      for (int g = 0; g < heads; ++g) {  // head order, as pooled_router sums
+        const float x = part[g * tile_blocks + lane];
+        a = by_max ? (x > a ? x : a) : __fadd_rn(a, x);
+      }
+      if (sp.reduce == route::group_reduce::mean) a = __fdiv_rn(a, static_cast<float>(heads));
+      result = a == neg_inf ? neg_inf : __fmul_rn(a, sp.scale);
+    }
+    out[lane] = result;
+  }
+}
+
+// Order-preserving key of a score: a larger key ranks first; NaN ranks as -inf, -0 as +0.
+[[nodiscard]] __device__ __forceinline__ std::uint32_t rank_key(float x) noexcept {
+  const std::uint32_t u = x != x ? __float_as_uint(neg_inf) : (x == 0.0f ? 0u : __float_as_uint(x));
+  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+}
+
+// Exclusive prefix sum of x over the CTA's threads in thread order. warp_sums: [32] shared.
+[[nodiscard]] __device__ __forceinline__ std::uint32_t block_exclusive_scan(std::uint32_t x,
+                                                                            std::uint32_t* warp_sums) noexcept {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  std::uint32_t incl = x;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const std::uint32_t y = __shfl_up_sync(full_mask, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    const std::uint32_t w = lane < select_warps ? warp_sums[lane] : 0u;
+    std::uint32_t wi = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const std::uint32_t y = __shfl_up_sync(full_mask, wi, o);
+      if (lane >= o) wi += y;
+    }
+    if (lane < select_warps) warp_sums[lane] = wi - w;
+  }
+  __syncthreads();
+  return incl - x + warp_sums[warp];
+}
+
+// Grid (index head, sequence). Dynamic shared memory: keys [stride] (the row's candidates).
+__global__ void __launch_bounds__(select_threads)
+    decode_select_kernel(device_problem p, const float* scores, mutable_device_block_table t, select_params sp) {
+  extern __shared__ std::uint32_t route_select_keys[];
+  std::uint32_t* keys = route_select_keys;
+  __shared__ std::uint32_t hist[radix_bins];
+  __shared__ std::uint32_t warp_sums[32];
+  __shared__ std::uint32_t found_prefix;
+  __shared__ std::int32_t found_remaining;
+
+  const int h = static_cast<int>(blockIdx.x);
+  const int b = static_cast<int>(blockIdx.y);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const device_row r = make_device_row(p, b, 0);
+  if (!r.ok) return;  // no query: no row (or bad lengths, reported)
+  const std::int64_t row = static_cast<std::int64_t>(p.cu_seqlens_q[b] - p.cu_seqlens_q[0]) * p.index_heads() + h;
+  if (row < 0 || row >= t.rows) {
+    if (tid == 0) report(p, bad_seqlen);
+    return;
+  }
+
+  // reserved<top_k>: sink [0, a), local [bb, v), top-k of [a, bb).
+  const int v = r.visible_blocks;
+  const int a = sp.sink < v ? sp.sink : v;
+  const int newest = sp.newest < v ? sp.newest : v;
+  const int bb = v - newest > a ? v - newest : a;
+  const int n = bb - a;
+  const int take = sp.k < n ? sp.k : n;
+  const int count = a + take + (v - bb);
+  std::int32_t* out = t.ids + row * t.width;
+  for (int i = tid; i < t.width; i += select_threads) {  // reserved ids and padding
+    if (i < a) {
+      out[i] = i;
+    } else if (i >= a + take) {
+      out[i] = i < count ? bb + (i - a - take) : index::block_table::pad;
+    }
+  }
+  if (tid == 0) t.count[row] = count;
+  if (take == 0) return;
+  if (take == n) {
+    for (int i = tid; i < n; i += select_threads) out[a + i] = a + i;
+    return;
+  }
+
+  const float* row_scores = scores + (static_cast<std::int64_t>(b) * p.index_heads() + h) * sp.stride + a;
+  for (int i = tid; i < n; i += select_threads) keys[i] = rank_key(row_scores[i]);
+
+  // Radix select of the take-th largest key, 8 bits a pass from the top. Invariant: at least
+  // `remaining` >= 1 candidates match `prefix` under `mask`, and take - remaining candidates beat it.
+  std::uint32_t prefix = 0, mask = 0;
+  int remaining = take;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < radix_bins; i += select_threads) hist[i] = 0;
+    __syncthreads();  // hist zeroed (and, the first time, keys written)
+    for (int base = 0; base < n; base += select_threads) {  // whole warps iterate: __match_any_sync
+      const int i = base + tid;
+      int bin = -1;
+      if (i < n) {
+        const std::uint32_t u = keys[i];
+        if ((u & mask) == prefix) bin = static_cast<int>((u >> shift) & 0xffu);
+      }
+      const unsigned peers = __match_any_sync(full_mask, bin);
+      if (bin >= 0 && lane == __ffs(static_cast<int>(peers)) - 1) {
+        atomicAdd(&hist[bin], static_cast<std::uint32_t>(__popc(peers)));
+      }
+    }
+    __syncthreads();
+    if (warp == 0) {  // lane l holds bins [8l, 8l + 8); find the bin holding the remaining-th largest
+      std::uint32_t c[8];
+      std::uint32_t mine = 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        c[e] = hist[lane * 8 + e];
+        mine += c[e];
+      }
+      std::uint32_t suffix = mine;  // candidates in bins of lanes >= lane
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const std::uint32_t y = __shfl_down_sync(full_mask, suffix, o);
+        if (lane + o < 32) suffix += y;
+      }
+      const std::uint32_t above = suffix - mine;
+      const auto want = static_cast<std::uint32_t>(remaining);
+      if (above < want && want <= suffix) {  // exactly one lane
+        std::uint32_t seen = above, before = 0;
+        int digit = -1;
+#pragma unroll
+        for (int e = 7; e >= 0; --e) {
+          if (digit < 0 && seen + c[e] >= want) {
+            digit = lane * 8 + e;
+            before = seen;
+          }
+          seen += c[e];
+        }
+        found_prefix = prefix | (static_cast<std::uint32_t>(digit) << shift);
+        found_remaining = remaining - static_cast<int>(before);
+      }
+    }
+    __syncthreads();
+    prefix = found_prefix;
+    remaining = found_remaining;
+    mask |= 0xffu << shift;
+  }
+
+  // Keys above the threshold, and the first `remaining` equal to it in id order, in id order: each
+  // thread takes a contiguous run of candidates; one scan counts (above, equal) before it.
+  const std::uint32_t threshold = prefix;
+  const int per = (n + select_threads - 1) / select_threads;
+  const int first = tid * per < n ? tid * per : n;
+  const int last = first + per < n ? first + per : n;
+  std::uint32_t packed = 0;  // equal << 16 | above; both <= max_blocks < 2^16
+  for (int i = first; i < last; ++i) {
+    const std::uint32_t u = keys[i];
+    packed += u > threshold ? 1u : (u == threshold ? 1u << 16 : 0u);
+  }
+  const std::uint32_t before = block_exclusive_scan(packed, warp_sums);
+  std::uint32_t above = before & 0xffffu, equal = before >> 16;
+  const auto ties = static_cast<std::uint32_t>(remaining);
+  for (int i = first; i < last; ++i) {
+    const std::uint32_t u = keys[i];
+    if (u > threshold) {
+      out[a + static_cast<int>(above + (equal < ties ? equal : ties))] = a + i;
+      ++above;
+    } else if (u == threshold) {
+      if (equal < ties) out[a + static_cast<int>(above + equal)] = a + i;
+      ++equal;
+    }
+  }
+}
+
+}  // namespace detail::route_impl
+
+// The decode router: summaries -> scores -> reserved<top_k> ids, on the device (see the header).
+struct decode_router {
+  route::pooled_router router{};               // reduce combines the group's heads; pool is moot (one query)
+  select::reserved<select::top_k> selector{};  // sink, local, recency, dynamic.k; importance must be 0
+
+  static constexpr std::int32_t max_blocks = 8192;  // visible blocks per row: select's keys in shared memory (32 KB)
+  static constexpr std::int32_t max_group = detail::route_impl::max_group;  // query heads per row
+
+  // Width of a block table that holds every row's ids.
+  [[nodiscard]] std::int32_t width(const device_problem& p) const noexcept {
+    return p.block_kv > 0 && p.max_seqlen_kv >= 0 ? selector.max_count(p.max_kv_blocks()) : 0;
+  }
+  // Floats of the scores select() reads: [batch, index_heads, max_kv_blocks].
+  [[nodiscard]] static std::int64_t score_floats(const device_problem& p) noexcept {
+    if (p.block_kv <= 0 || p.max_seqlen_kv < 0 || p.batch < 0 || p.heads_q < 0 || p.heads_kv < 0) return 0;
+    return static_cast<std::int64_t>(p.batch) * p.index_heads() * p.max_kv_blocks();
+  }
+  // Device workspace of run(): the scores (aligned to workspace_alignment).
+  [[nodiscard]] std::size_t workspace_bytes(const device_problem& p) const noexcept {
+    return static_cast<std::size_t>(score_floats(p)) * sizeof(float);
+  }
+
+  [[nodiscard]] status can_implement(const device_problem& p) const noexcept {
+    SKIM_TRY(validate(p));
+    SKIM_TRY(selector.validate());
+    if (to_string(router.reduce) == "unknown") {
+      return status::error(status_code::invalid_argument, "group_reduce %d is not max, mean or sum",
+                           static_cast<int>(router.reduce));
+    }
+    if (selector.importance != 0.0f) {
+      return status::error(status_code::unsupported,
+                           "decode_router: reserved importance %g needs a prior (none on the GPU)",
+                           static_cast<double>(selector.importance));
+    }
+    if (p.softmax_scale < 0.0f) {
+      return status::error(status_code::unsupported, "softmax_scale %g < 0: summaries bound the largest logit only "
+                           "for a positive scale", static_cast<double>(p.softmax_scale));
+    }
+    if (p.max_seqlen_q > 1) {
+      return status::error(status_code::unsupported, "decode_router: max_seqlen_q %d > 1 (one query per sequence)",
+                           p.max_seqlen_q);
+    }
+    if (p.max_kv_blocks() > max_blocks) {
+      return status::error(status_code::unsupported, "decode_router: %d kv blocks per sequence > %d", p.max_kv_blocks(),
+                           max_blocks);
+    }
+    if (heads_per_row(p) > max_group) {
+      return status::error(status_code::unsupported, "decode_router: %d query heads per row > %d", heads_per_row(p),
+                           max_group);
+    }
+    if (p.batch > 65535 || p.index_heads() > 65535) {
+      return status::error(status_code::unsupported, "decode_router: batch %d or index heads %d > 65535 (grid)",
+                           p.batch, p.index_heads());
+    }
+    return status::success();
+  }
+
+  // Scores every visible block of every (sequence, index head) into scores [batch, index_heads,
+  // max_kv_blocks] (row (b, h) at (b * index_heads + h) * max_kv_blocks; -inf past its visible blocks
+  // and for a sequence without a query). Bit for bit pooled_router::score's row q_block_offset(b) * index_heads + h.
+  template <class TQ, class TS>
+  [[nodiscard]] status score(const decode_route_args<TQ, TS>& a, std::span<float> scores,
+                             cudaStream_t stream) const noexcept {
+    static_assert(std::is_same_v<TQ, float> || is_device_element_v<TQ>, "Q is float, half or bfloat16");
+    namespace impl = detail::route_impl;
+    const device_problem& p = a.prob;
+    SKIM_TRY(can_implement(p));
+    SKIM_TRY(validate(a.summaries, p));
+    SKIM_TRY(check_scores(p, scores.data(), scores.size()));
+    if (p.batch > 0 && p.max_seqlen_q > 0) {
+      if (a.q.data == nullptr) return status::error(status_code::invalid_argument, "Q is null");
+      if (a.q.token_stride < 0 || a.q.head_stride < 0 || (p.heads_q > 1 && a.q.head_stride < p.head_dim)) {
+        return status::error(status_code::invalid_argument, "Q strides (token %lld, head %lld) with head_dim %d",
+                             static_cast<long long>(a.q.token_stride), static_cast<long long>(a.q.head_stride),
+                             p.head_dim);
+      }
+    }
+    const std::int32_t stride = p.max_kv_blocks();
+    if (p.batch == 0 || stride == 0) return status::success();
+    const auto aligned = [](const void* x) { return reinterpret_cast<std::uintptr_t>(x) % 16 == 0; };
+    const impl::score_params sp{
+        .scale = p.scale(), .reduce = router.reduce, .heads = heads_per_row(p), .stride = stride,
+        .vector_loads = (static_cast<std::size_t>(p.head_dim) * sizeof(TS)) % 16 == 0 && aligned(a.summaries.lo) &&
+                        aligned(a.summaries.hi)};
+    const dim3 grid(static_cast<unsigned>(ceil_div(stride, impl::tile_blocks)), static_cast<unsigned>(p.index_heads()),
+                    static_cast<unsigned>(p.batch));
+    const std::size_t smem =
+        sizeof(float) * (2 * impl::tile_blocks * impl::row_floats + sp.heads * (impl::chunk_dims + impl::tile_blocks));
+    impl::decode_score_kernel<TQ, TS>
+        <<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, scores.data(), sp);
+    return check_launch("decode_score_kernel");
+  }
+
+  // Selects every row's ids from scores laid out as score() writes them (read: each row's visible
+  // blocks) into index: ids ascending in [0, count), pad past count.
+  [[nodiscard]] status select(const device_problem& p, std::span<const float> scores,
+                              const mutable_device_block_table& index, cudaStream_t stream) const noexcept {
+    namespace impl = detail::route_impl;
+    SKIM_TRY(can_implement(p));
+    SKIM_TRY(check_scores(p, scores.data(), scores.size()));
+    const std::int32_t w = width(p);
+    if (index.width < w) {
+      return status::error(status_code::shape_mismatch, "block_table width %d < %d ids a row may select",
+                           index.width, w);
+    }
+    if (index.rows < 0) return status::error(status_code::invalid_argument, "block_table rows %lld < 0",
+                                             static_cast<long long>(index.rows));
+    if (index.rows > 0 && (index.count == nullptr || (index.width > 0 && index.ids == nullptr))) {
+      return status::error(status_code::invalid_argument, "block_table ids/count are null with %lld rows",
+                           static_cast<long long>(index.rows));
+    }
+    if (p.batch == 0 || p.index_heads() == 0) return status::success();
+    const impl::select_params sp{.k = selector.dynamic.k, .sink = selector.sink,
+                                 .newest = std::max(selector.local, selector.recency ? 1 : 0),  // reserved::newest()
+                                 .stride = p.max_kv_blocks()};
+    const dim3 grid(static_cast<unsigned>(p.index_heads()), static_cast<unsigned>(p.batch));
+    const std::size_t smem = sizeof(std::uint32_t) * static_cast<std::size_t>(p.max_kv_blocks());
+    impl::decode_select_kernel<<<grid, impl::select_threads, smem, stream>>>(p, scores.data(), index, sp);
+    return check_launch("decode_select_kernel");
+  }
+
+  // score() into the workspace, then select(): one decode step's routing, two launches on `stream`.
+  // workspace: device memory of workspace_bytes(a.prob) bytes, aligned to workspace_alignment.
+  template <class TQ, class TS>
+  [[nodiscard]] status run(const decode_route_args<TQ, TS>& a, std::span<std::byte> workspace,
+                           cudaStream_t stream) const noexcept {
+    SKIM_TRY(can_implement(a.prob));
+    SKIM_TRY(check_workspace(workspace, workspace_bytes(a.prob)));
+    const std::span<float> scores{reinterpret_cast<float*>(workspace.data()),
+                                  static_cast<std::size_t>(score_floats(a.prob))};
+    SKIM_TRY(score(a, scores, stream));
+    return select(a.prob, scores, a.index, stream);
+  }
+
+ private:
+  [[nodiscard]] static std::int32_t heads_per_row(const device_problem& p) noexcept {
+    return p.scope == index_scope::kv_head ? p.group_size() : 1;
+  }
+  [[nodiscard]] static status check_scores(const device_problem& p, const float* data, std::size_t size) noexcept {
+    const std::int64_t needed = score_floats(p);
+    if (needed > 0 && data == nullptr) return status::error(status_code::invalid_argument, "scores are null");
+    if (static_cast<std::int64_t>(size) < needed) {
+      return status::error(status_code::shape_mismatch, "scores has %zu floats, needs %lld (batch %d x %d index heads "
+                           "x %d kv blocks)", size, static_cast<long long>(needed), p.batch, p.index_heads(),
+                           p.max_kv_blocks());
+    }
+    return status::success();
+  }
+};
+
+}  // namespace skim::cuda

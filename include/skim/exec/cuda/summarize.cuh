@@ -1,0 +1,197 @@
+#pragma once
+// max_bound summaries on the device (summarize/max_bound.hpp's records, kept next to a GPU KV cache):
+// per (key block, kv head) the per-dimension minimum and maximum of the block's keys.
+//
+//  - build(): every complete and partial block of every sequence, from K (after prefill);
+//  - append_newest(): a decode step: each sequence's newest key (position seq_len_kv(b) - 1, already
+//    counted by the device cu_seqlens_kv and written to K) folded into its block's min/max; slot 0 of
+//    a block starts it afresh. O(heads_kv * head_dim) per sequence, one launch for the whole batch.
+// Both give the bits summarize::build / append give on the CPU (min and max are exact), and folding
+// the same key twice changes nothing, so replaying a step whose sequences did not grow is harmless.
+//
+// Layout (fixed capacity per sequence, so appending never moves a record and a CUDA graph can keep
+// its pointers while the sequences grow):
+//
+//   lo, hi: [batch, max_kv_blocks, heads_kv, head_dim]   block j of sequence b at row b * max_kv_blocks + j
+//
+// The element TS is float, or K's own 16-bit type: the min and max of bf16 (fp16) keys are bf16
+// (fp16) values, so 16-bit summaries are exact and halve what routing reads (the router's main
+// cost: 2 * head_dim elements per block and kv head for every decode step).
+//
+// No allocation, no synchronisation: both launch one kernel on the caller's stream and can be
+// captured in a CUDA graph. Device content is never trusted (common.cuh): a sequence longer than
+// device_problem::max_seqlen_kv is skipped and reported (bad_seqlen), a key a paged source cannot
+// give is skipped and reported (bad_page).
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "skim/exec/cuda/common.cuh"
+
+namespace skim::cuda {
+
+template <class TS>
+struct device_max_bound {
+  static_assert(std::is_same_v<TS, float> || is_device_element_v<TS>, "summaries are float, half or bfloat16");
+  using value_type = TS;
+
+  TS* lo = nullptr;                // [batch, max_kv_blocks, heads_kv, head_dim] per-dimension minimum
+  TS* hi = nullptr;                // [batch, max_kv_blocks, heads_kv, head_dim] per-dimension maximum
+  std::int32_t max_kv_blocks = 0;  // room per sequence, >= device_problem::max_kv_blocks()
+
+  // First element of record (sequence b, block j, kv head h) in lo and hi.
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t record(const device_problem& p, std::int32_t b,
+                                                               std::int32_t j, std::int32_t h) const noexcept {
+    return ((static_cast<std::int64_t>(b) * max_kv_blocks + j) * p.heads_kv + h) * p.head_dim;
+  }
+  // Elements lo (and hi) must hold.
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t elements(const device_problem& p) const noexcept {
+    return static_cast<std::int64_t>(p.batch) * max_kv_blocks * p.heads_kv * p.head_dim;
+  }
+};
+
+// Host checks of the summaries' scalars against p (the sizes of lo and hi cannot be seen: they must
+// hold elements(p) each).
+template <class TS>
+[[nodiscard]] status validate(const device_max_bound<TS>& s, const device_problem& p) noexcept {
+  if (s.max_kv_blocks < p.max_kv_blocks()) {
+    return status::error(status_code::shape_mismatch,
+                         "max_bound summaries hold %d blocks per sequence, max_seqlen_kv %d needs %d (block_kv %d)",
+                         s.max_kv_blocks, p.max_seqlen_kv, p.max_kv_blocks(), p.block_kv);
+  }
+  if (s.elements(p) > 0 && (s.lo == nullptr || s.hi == nullptr)) {
+    return status::error(status_code::invalid_argument, "max_bound summaries lo/hi are null");
+  }
+  return status::success();
+}
+
+namespace detail::summarize_impl {
+
+inline constexpr int threads = 128;
+inline constexpr float pos_inf = std::numeric_limits<float>::infinity();
+inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+// Key row (sequence b, token t, kv head h) of a source, or nullptr where a paged source has no page.
+template <class T>
+[[nodiscard]] __device__ __forceinline__ const T* key_row(const device_contiguous_kv<T>& s, const device_row& r,
+                                                          std::int32_t b, std::int32_t t, std::int32_t h) noexcept {
+  return s.k_row(r, b, t, h);
+}
+template <class T>
+[[nodiscard]] __device__ __forceinline__ const T* key_row(const device_paged_kv<T>& s, const device_row&,
+                                                          std::int32_t b, std::int32_t t, std::int32_t h) noexcept {
+  const std::int64_t o = s.offset(b, t, h);
+  return o < 0 ? nullptr : s.k_pages + o;
+}
+
+// Keys of sequence b (kv_offset, kv_len); ok is false, and bad_seqlen reported, past the bound.
+[[nodiscard]] __device__ __forceinline__ device_row key_range(const device_problem& p, std::int32_t b) noexcept {
+  device_row r;
+  r.kv_offset = p.cu_seqlens_kv[b];
+  r.kv_len = p.cu_seqlens_kv[b + 1] - r.kv_offset;
+  r.ok = r.kv_len >= 0 && r.kv_len <= p.max_seqlen_kv;
+  if (!r.ok && threadIdx.x == 0) report(p, bad_seqlen);
+  return r;
+}
+
+// Grid (block j, kv head h, sequence b); threads over the head dimension.
+template <class TS, class KV>
+__global__ void __launch_bounds__(threads)
+    max_bound_build_kernel(device_problem p, KV kv, device_max_bound<TS> s) {
+  const std::int32_t j = static_cast<std::int32_t>(blockIdx.x);
+  const std::int32_t h = static_cast<std::int32_t>(blockIdx.y);
+  const std::int32_t b = static_cast<std::int32_t>(blockIdx.z);
+  const device_row r = key_range(p, b);
+  if (!r.ok) return;
+  const std::int32_t first = j * p.block_kv;
+  if (first >= r.kv_len) return;  // past the sequence: left for append_newest to start
+  const std::int32_t last = min(first + p.block_kv, r.kv_len);
+  const std::int64_t rec = s.record(p, b, j, h);
+  for (std::int32_t d = static_cast<std::int32_t>(threadIdx.x); d < p.head_dim; d += threads) {
+    float lo = pos_inf, hi = neg_inf;  // summarize::max_bound::init, then its append, key by key
+    for (std::int32_t t = first; t < last; ++t) {
+      const auto* k = key_row(kv, r, b, t, h);
+      if (k == nullptr) {
+        report(p, bad_page);
+        continue;
+      }
+      const float x = skim::cuda::to_float(k[d]);
+      lo = x < lo ? x : lo;
+      hi = x > hi ? x : hi;
+    }
+    s.lo[rec + d] = from_float_device<TS>(lo);  // exact: a key's value or an infinity
+    s.hi[rec + d] = from_float_device<TS>(hi);
+  }
+}
+
+// Grid (kv head h, sequence b); threads over the head dimension.
+template <class TS, class KV>
+__global__ void __launch_bounds__(threads)
+    max_bound_append_kernel(device_problem p, KV kv, device_max_bound<TS> s) {
+  const std::int32_t h = static_cast<std::int32_t>(blockIdx.x);
+  const std::int32_t b = static_cast<std::int32_t>(blockIdx.y);
+  const device_row r = key_range(p, b);
+  if (!r.ok || r.kv_len == 0) return;
+  const std::int32_t t = r.kv_len - 1;
+  const auto* k = key_row(kv, r, b, t, h);
+  if (k == nullptr) {
+    if (threadIdx.x == 0) report(p, bad_page);
+    return;
+  }
+  const bool fresh = t % p.block_kv == 0;  // slot 0: the block's record starts from this key
+  const std::int64_t rec = s.record(p, b, t / p.block_kv, h);
+  for (std::int32_t d = static_cast<std::int32_t>(threadIdx.x); d < p.head_dim; d += threads) {
+    const float x = skim::cuda::to_float(k[d]);
+    const float lo = fresh ? pos_inf : skim::cuda::to_float(s.lo[rec + d]);
+    const float hi = fresh ? neg_inf : skim::cuda::to_float(s.hi[rec + d]);
+    s.lo[rec + d] = from_float_device<TS>(x < lo ? x : lo);
+    s.hi[rec + d] = from_float_device<TS>(x > hi ? x : hi);
+  }
+}
+
+template <class TS, class KV>
+[[nodiscard]] status check_summarize(const device_problem& p, const KV& kv, const device_max_bound<TS>& s) noexcept {
+  static_assert(std::is_same_v<TS, float> || std::is_same_v<TS, typename KV::value_type>,
+                "16-bit summaries need keys of the same type (then min/max are exact)");
+  SKIM_TRY(validate(p));
+  SKIM_TRY(validate(kv, p));
+  SKIM_TRY(validate(s, p));
+  if (p.batch > 65535 || p.heads_kv > 65535) {
+    return status::error(status_code::unsupported, "max_bound summaries: batch %d or heads_kv %d > 65535 (grid)",
+                         p.batch, p.heads_kv);
+  }
+  return status::success();
+}
+
+}  // namespace detail::summarize_impl
+
+// Summarises every key block (complete or partial) of every sequence and kv head of K.
+// Records of blocks past a sequence's keys are not written.
+template <class TS, class KV>
+[[nodiscard]] status build(const device_problem& p, const KV& kv, const device_max_bound<TS>& s,
+                           cudaStream_t stream) noexcept {
+  namespace impl = detail::summarize_impl;
+  SKIM_TRY(impl::check_summarize(p, kv, s));
+  if (p.batch == 0 || p.max_kv_blocks() == 0) return status::success();
+  const dim3 grid(static_cast<unsigned>(p.max_kv_blocks()), static_cast<unsigned>(p.heads_kv),
+                  static_cast<unsigned>(p.batch));
+  impl::max_bound_build_kernel<TS, KV><<<grid, impl::threads, 0, stream>>>(p, kv, s);
+  return check_launch("max_bound_build_kernel");
+}
+
+// Decode step: folds the newest key of every sequence with keys into its block's record (every kv
+// head). @pre the records of the sequence's earlier keys are there (build() of the shorter prefix,
+// or earlier steps), and the new key is in K.
+template <class TS, class KV>
+[[nodiscard]] status append_newest(const device_problem& p, const KV& kv, const device_max_bound<TS>& s,
+                                   cudaStream_t stream) noexcept {
+  namespace impl = detail::summarize_impl;
+  SKIM_TRY(impl::check_summarize(p, kv, s));
+  if (p.batch == 0) return status::success();
+  const dim3 grid(static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch));
+  impl::max_bound_append_kernel<TS, KV><<<grid, impl::threads, 0, stream>>>(p, kv, s);
+  return check_launch("max_bound_append_kernel");
+}
+
+}  // namespace skim::cuda

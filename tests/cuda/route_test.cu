@@ -1,0 +1,676 @@
+// GPU decode routing (skim/exec/cuda/summarize.cuh, route.cuh) against the CPU pipeline
+// summarize::max_bound -> route::pooled_router -> select::reserved<select::top_k>: summaries equal to
+// a host min/max bit for bit (build and token-by-token append_newest), scores bit for bit, ids and
+// counts exactly; ties to lower ids; special scores (NaN, infinities, signed zeros) through select();
+// a captured CUDA graph replayed while the sequences grow; bad input reported, never crashing.
+#include "cuda/support.cuh"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace skim;
+using skim::test::case_spec;
+using skim::test::random_case;
+using skim::test::cuda::buffer;
+namespace sc = skim::cuda;
+
+constexpr float inf = std::numeric_limits<float>::infinity();
+
+std::uint32_t fresh_seed() {
+  static std::random_device rd;
+  return rd();
+}
+
+template <class T>
+std::uint32_t bits_of(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return u;
+  } else {
+    return x.bits;
+  }
+}
+
+std::int32_t blocks_of(std::int32_t len, std::int32_t bk) { return (len + bk - 1) / bk; }
+
+std::vector<std::int32_t> cumulative(const std::vector<std::int32_t>& lens) {
+  std::vector<std::int32_t> cu{0};
+  for (const std::int32_t l : lens) cu.push_back(cu.back() + l);
+  return cu;
+}
+
+// A decode batch: every sequence has one query or none (then no index row); kv lengths up to
+// max_blocks blocks and about `elements` K elements per sequence, some empty.
+case_spec decode_spec(std::mt19937& rng, std::int32_t max_blocks, std::int32_t max_batch,
+                      std::int64_t elements = 400'000) {
+  using skim::test::chance;
+  using skim::test::pick;
+  using skim::test::uniform;
+  case_spec s;
+  s.head_dim = pick(rng, {1, 3, 8, 13, 32, 64, 72, 128, 256});
+  s.heads_kv = uniform(rng, 1, 3);
+  s.heads_q = s.heads_kv * pick(rng, {1, 2, 4, 8});
+  s.block_q = pick(rng, {1, 16, 64});
+  s.block_kv = pick(rng, {16, 32, 64, 128});
+  s.mask = chance(rng, 0.8) ? mask_kind::causal : mask_kind::none;
+  s.scope = chance(rng, 0.75) ? index_scope::kv_head : index_scope::query_head;
+  s.softmax_scale = chance(rng, 0.5) ? 0.0f : std::uniform_real_distribution<float>(0.05f, 1.0f)(rng);
+  s.seqs.clear();
+  const std::int32_t batch = uniform(rng, 1, max_batch);
+  const auto max_kv = static_cast<std::int32_t>(
+      std::clamp<std::int64_t>(elements / (s.heads_kv * s.head_dim), 1, max_blocks * s.block_kv));
+  for (std::int32_t b = 0; b < batch; ++b) {
+    const int kind = uniform(rng, 0, 9);
+    const std::int32_t kv = uniform(rng, 1, max_kv);
+    s.seqs.push_back(kind == 0 ? skim::test::sequence_lengths{0, kv}    // no query: no row
+                     : kind == 1 ? skim::test::sequence_lengths{1, 0}  // no key: an empty row
+                                 : skim::test::sequence_lengths{1, kv});
+  }
+  s.paged = chance(rng, 0.5);
+  s.page_size = pick(rng, {8, 16, 17, 64});
+  return s;
+}
+
+sc::decode_router random_router(std::mt19937& rng) {
+  using skim::test::chance;
+  using skim::test::pick;
+  using skim::test::uniform;
+  sc::decode_router r;
+  r.router.reduce = pick(rng, {route::group_reduce::max, route::group_reduce::mean, route::group_reduce::sum});
+  r.selector.sink = uniform(rng, 0, 3);
+  r.selector.local = uniform(rng, 0, 4);
+  r.selector.recency = chance(rng, 0.5);
+  r.selector.dynamic.k = uniform(rng, 0, 12);
+  return r;
+}
+
+std::vector<std::int32_t> kv_lengths(const case_spec& s) {
+  std::vector<std::int32_t> lens;
+  for (const auto& l : s.seqs) lens.push_back(l.kv);
+  return lens;
+}
+
+// K of c's sequences cut to `lens` (a prefix of each), packed token-major.
+template <class TQ, class TKV>
+std::vector<TKV> packed_prefix(const random_case<TQ, TKV>& c, const std::vector<std::int32_t>& lens) {
+  const std::size_t row = static_cast<std::size_t>(c.spec.heads_kv) * c.spec.head_dim;
+  std::vector<TKV> k;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    const auto first = c.k.begin() + static_cast<std::ptrdiff_t>(c.cu_kv[b] * row);
+    k.insert(k.end(), first, first + static_cast<std::ptrdiff_t>(lens[b] * row));
+  }
+  return k;
+}
+
+// A device copy of v, one element at least (a null pointer would read as a missing input).
+template <class T>
+buffer<T> device_copy(const std::vector<T>& v) {
+  buffer<T> d(std::max<std::size_t>(v.size(), 1));
+  if (!v.empty()) SKIM_CUDA_REQUIRE(cudaMemcpy(d.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// c's inputs on the device, with room for its full lengths, and the routing outputs. The kv lengths
+// can be cut to a prefix of each sequence (set_lengths): a growing cache under fixed host bounds.
+template <class TQ, class TKV, class TS>
+struct device_decode {
+  const random_case<TQ, TKV>& c;
+  sc::decode_router router;
+  buffer<std::int32_t> cu_q, cu_kv, page_indptr, page_indices;
+  buffer<TQ> q;
+  buffer<TKV> k, k_pages;
+  buffer<std::uint32_t> error;
+  std::int32_t max_q = 0, max_kv = 0, capacity = 0, width = 0;
+  std::int64_t rows = 0;
+  buffer<TS> lo, hi;
+  buffer<std::byte> workspace;
+  buffer<std::int32_t> ids, count;
+
+  device_decode(const random_case<TQ, TKV>& cs, const sc::decode_router& r)
+      : c(cs), router(r), cu_q(cs.cu_q), cu_kv(cs.cu_kv), page_indptr(device_copy(cs.page_indptr)),
+        page_indices(device_copy(cs.page_indices)), q(device_copy(cs.q)), k(device_copy(cs.k)),
+        k_pages(device_copy(cs.k_pages)), error(1) {
+    SKIM_CUDA_REQUIRE(cudaMemset(error.data(), 0, sizeof(std::uint32_t)));
+    for (const auto& l : cs.spec.seqs) {
+      max_q = std::max(max_q, l.q);
+      max_kv = std::max(max_kv, l.kv);
+    }
+    set_lengths(kv_lengths(cs.spec));
+    const sc::device_problem p = prob();
+    capacity = p.max_kv_blocks() + 1;  // a spare block per sequence, never written
+    const auto elements = static_cast<std::size_t>(p.batch) * capacity * p.heads_kv * p.head_dim;
+    lo = buffer<TS>(elements);
+    hi = buffer<TS>(elements);
+    workspace = buffer<std::byte>(router.workspace_bytes(p));
+    width = router.width(p);
+    rows = static_cast<std::int64_t>(cs.cu_q.back()) * p.index_heads();
+    ids = buffer<std::int32_t>(static_cast<std::size_t>(rows * width));
+    count = buffer<std::int32_t>(static_cast<std::size_t>(rows));
+  }
+
+  [[nodiscard]] sc::device_problem prob() const {
+    const case_spec& s = c.spec;
+    return {.batch = static_cast<std::int32_t>(s.seqs.size()), .heads_q = s.heads_q, .heads_kv = s.heads_kv,
+            .head_dim = s.head_dim, .block_q = s.block_q, .block_kv = s.block_kv, .mask = s.mask,
+            .softmax_scale = s.softmax_scale, .scope = s.scope, .cu_seqlens_q = cu_q.data(),
+            .cu_seqlens_kv = cu_kv.data(), .max_seqlen_q = max_q, .max_seqlen_kv = max_kv, .error = error.data()};
+  }
+  [[nodiscard]] sc::device_contiguous_kv<TKV> contiguous() const {
+    const std::int64_t hs = c.spec.head_dim;
+    return {.k = k.data(), .v = k.data(), .token_stride = hs * c.spec.heads_kv, .head_stride = hs};
+  }
+  [[nodiscard]] sc::device_paged_kv<TKV> paged() const {
+    const std::int64_t hs = c.spec.head_dim;
+    const std::int64_t ts = hs * c.spec.heads_kv;
+    return {.k_pages = k_pages.data(), .v_pages = k_pages.data(), .num_pages = c.num_pages,
+            .page_size = c.spec.page_size, .page_stride = ts * c.spec.page_size, .token_stride = ts,
+            .head_stride = hs, .page_indptr = page_indptr.data(), .page_indices = page_indices.data()};
+  }
+  [[nodiscard]] sc::device_max_bound<TS> summaries() const { return {lo.data(), hi.data(), capacity}; }
+  [[nodiscard]] sc::decode_route_args<TQ, TS> args() const {
+    return {.prob = prob(),
+            .q = sc::device_view<const TQ>::token_major(q.data(), c.spec.heads_q, c.spec.head_dim),
+            .summaries = summaries(),
+            .index = {.ids = ids.data(), .count = count.data(), .width = width, .rows = rows}};
+  }
+
+  // Cuts every sequence's keys to lens (each <= c's): cu_seqlens_kv, and a contiguous cache repacked.
+  // Synchronises: a pageable cudaMemcpy may return before its DMA lands, and a non-blocking stream
+  // does not wait for the legacy stream's copies.
+  void set_lengths(const std::vector<std::int32_t>& lens) {
+    cu_kv.upload(cumulative(lens));
+    const std::vector<TKV> packed = packed_prefix(c, lens);
+    if (!packed.empty()) {
+      SKIM_CUDA_REQUIRE(cudaMemcpy(k.data(), packed.data(), packed.size() * sizeof(TKV), cudaMemcpyHostToDevice));
+    }
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  }
+
+  [[nodiscard]] status build(cudaStream_t stream = nullptr) const {
+    return c.spec.paged ? sc::build(prob(), paged(), summaries(), stream)
+                        : sc::build(prob(), contiguous(), summaries(), stream);
+  }
+  [[nodiscard]] status append(cudaStream_t stream = nullptr) const {
+    return c.spec.paged ? sc::append_newest(prob(), paged(), summaries(), stream)
+                        : sc::append_newest(prob(), contiguous(), summaries(), stream);
+  }
+  [[nodiscard]] status route(cudaStream_t stream = nullptr) {
+    return router.run(args(), std::span<std::byte>(workspace.data(), workspace.size()), stream);
+  }
+  [[nodiscard]] std::uint32_t error_bits() {
+    std::uint32_t bits = 0;
+    SKIM_CUDA_REQUIRE(cudaMemcpy(&bits, error.data(), sizeof bits, cudaMemcpyDeviceToHost));
+    SKIM_CUDA_REQUIRE(cudaMemset(error.data(), 0, sizeof bits));
+    return bits;
+  }
+};
+
+#define SKIM_REQUIRE_OK(expr)                            \
+  do {                                                   \
+    const ::skim::status skim_st_ = (expr);              \
+    REQUIRE_MESSAGE(skim_st_.ok(), skim_st_.message());  \
+  } while (0)
+
+// The device summaries against the host's min and max of every block of the prefix `lens`, bit for
+// bit; records past a sequence's blocks still hold the 0xff poison (never written).
+template <class TQ, class TKV, class TS>
+void expect_summaries(const device_decode<TQ, TKV, TS>& dd, const std::vector<std::int32_t>& lens) {
+  const case_spec& s = dd.c.spec;
+  const std::vector<TS> lo = dd.lo.download(), hi = dd.hi.download();
+  const std::uint32_t poison = sizeof(TS) == 4 ? 0xffffffffu : 0xffffu;
+  std::int64_t bad = 0;
+  std::string first;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    for (std::int32_t j = 0; j < dd.capacity; ++j) {
+      for (std::int32_t h = 0; h < s.heads_kv; ++h) {
+        for (std::int32_t d = 0; d < s.head_dim; ++d) {
+          const std::size_t at = ((b * dd.capacity + j) * s.heads_kv + h) * static_cast<std::size_t>(s.head_dim) + d;
+          std::uint32_t want_lo = poison, want_hi = poison;
+          if (j < blocks_of(lens[b], s.block_kv)) {
+            float mn = inf, mx = -inf;
+            const std::int32_t end = std::min((j + 1) * s.block_kv, lens[b]);
+            for (std::int32_t t = j * s.block_kv; t < end; ++t) {
+              const std::size_t key = ((dd.c.cu_kv[b] + t) * s.heads_kv + h) * static_cast<std::size_t>(s.head_dim) + d;
+              const float x = to_float(dd.c.k[key]);
+              mn = x < mn ? x : mn;
+              mx = x > mx ? x : mx;
+            }
+            want_lo = bits_of(from_float<TS>(mn));
+            want_hi = bits_of(from_float<TS>(mx));
+          }
+          if (bits_of(lo[at]) != want_lo || bits_of(hi[at]) != want_hi) {
+            if (bad++ == 0) {
+              first = "seq " + std::to_string(b) + " block " + std::to_string(j) + " head " + std::to_string(h) +
+                      " dim " + std::to_string(d) + ": lo/hi bits " + std::to_string(bits_of(lo[at])) + "/" +
+                      std::to_string(bits_of(hi[at])) + ", expected " + std::to_string(want_lo) + "/" +
+                      std::to_string(want_hi);
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK_MESSAGE(bad == 0, bad, " summary elements differ; first: ", first);
+}
+
+// The CPU pipeline on the prefix `lens` against the device's scores (bit for bit) and block table
+// (exact ids and counts, pad past count); the CPU selection is also run on the device's scores.
+template <class TQ, class TKV, class TS>
+void expect_cpu_route(const device_decode<TQ, TKV, TS>& dd, const std::vector<std::int32_t>& lens) {
+  const random_case<TQ, TKV>& c = dd.c;
+  const case_spec& s = c.spec;
+  const std::vector<std::int32_t> cu_kv = cumulative(lens);
+  const std::vector<TKV> k = packed_prefix(c, lens);
+  const problem p{.heads_q = s.heads_q, .heads_kv = s.heads_kv, .head_dim = s.head_dim, .block_q = s.block_q,
+                  .block_kv = s.block_kv, .mask = s.mask, .softmax_scale = s.softmax_scale, .cu_seqlens_q = c.cu_q,
+                  .cu_seqlens_kv = cu_kv, .scope = s.scope};
+  const auto k_view = strided_view<const TKV>::token_major(k.data(), cu_kv.back(), s.heads_kv, s.head_dim);
+  const contiguous_kv<TKV> kv{.k = k_view, .v = k_view, .cu_seqlens_kv = {}};
+  using summarize::max_bound;
+  std::vector<float> records(static_cast<std::size_t>(summarize::make_summary_layout<max_bound>(p).floats()));
+  SKIM_REQUIRE_OK(summarize::build<max_bound>(p, kv, records, {}));
+  const std::int32_t stride = p.max_kv_blocks();
+  const std::int64_t rows = p.index_rows();
+  std::vector<float> scores(static_cast<std::size_t>(rows * stride));
+  skim::test::aligned_workspace score_ws(dd.router.router.workspace_bytes(p));
+  SKIM_REQUIRE_OK(dd.router.router.template score<max_bound>(p, c.q_view(), records, scores, score_ws.bytes));
+
+  // Scores: device row (b, h) against CPU row q_block_offset(b) * index_heads + h.
+  std::vector<float> device_scores(dd.workspace.size() / sizeof(float));
+  if (!device_scores.empty()) {
+    SKIM_CUDA_REQUIRE(cudaMemcpy(device_scores.data(), dd.workspace.data(), device_scores.size() * sizeof(float),
+                                 cudaMemcpyDeviceToHost));
+  }
+  const std::int32_t heads = p.index_heads();
+  const std::int32_t device_stride = dd.prob().max_kv_blocks();
+  std::vector<float> device_as_cpu(scores.size());
+  std::int64_t bad = 0;
+  std::string first;
+  for (std::int32_t b = 0; b < p.batch(); ++b) {
+    if (p.seq_len_q(b) == 0) continue;
+    for (std::int32_t h = 0; h < heads; ++h) {
+      const std::int64_t row = p.q_block_offset(b) * heads + h;
+      for (std::int32_t j = 0; j < device_stride; ++j) {
+        const auto at = static_cast<std::size_t>((static_cast<std::int64_t>(b) * heads + h) * device_stride + j);
+        const float got = device_scores[at];
+        const float want = j < stride ? scores[static_cast<std::size_t>(row * stride + j)] : -inf;
+        if (j < stride) device_as_cpu[static_cast<std::size_t>(row * stride + j)] = got;
+        if (bits_of(got) != bits_of(want) && !(std::isnan(got) && std::isnan(want))) {
+          if (bad++ == 0) {
+            first = "seq " + std::to_string(b) + " head " + std::to_string(h) + " block " + std::to_string(j) +
+                    ": " + std::to_string(got) + " vs " + std::to_string(want);
+          }
+        }
+      }
+    }
+  }
+  CHECK_MESSAGE(bad == 0, bad, " scores differ from pooled_router's; first: ", first);
+
+  // Selection from the CPU's scores, and from the device's.
+  const std::int32_t width = select::max_count(dd.router.selector, p);
+  skim::test::aligned_workspace select_ws(select::workspace_bytes(dd.router.selector, p));
+  std::vector<std::int32_t> cpu_ids(static_cast<std::size_t>(rows * width)), cpu_count(static_cast<std::size_t>(rows));
+  std::vector<std::int32_t> rerun_ids(cpu_ids.size()), rerun_count(cpu_count.size());
+  SKIM_REQUIRE_OK(select::select_all(dd.router.selector, p, {.scores = scores, .score_stride = stride},
+                                     index::mutable_block_table{cpu_ids, cpu_count, width}, select_ws.bytes));
+  SKIM_REQUIRE_OK(select::select_all(dd.router.selector, p, {.scores = device_as_cpu, .score_stride = stride},
+                                     index::mutable_block_table{rerun_ids, rerun_count, width}, select_ws.bytes));
+  const std::vector<std::int32_t> ids = dd.ids.download(), count = dd.count.download();
+  REQUIRE(dd.rows == rows);
+  REQUIRE(dd.width >= width);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    INFO("row ", r, " of ", rows);
+    const auto n = static_cast<std::size_t>(cpu_count[static_cast<std::size_t>(r)]);
+    const auto row_of = [&](const std::vector<std::int32_t>& v, std::int32_t w, std::size_t len) {
+      return std::vector<std::int32_t>(v.begin() + r * w, v.begin() + r * w + static_cast<std::ptrdiff_t>(len));
+    };
+    REQUIRE(count[static_cast<std::size_t>(r)] == cpu_count[static_cast<std::size_t>(r)]);
+    CHECK(row_of(ids, dd.width, n) == row_of(rerun_ids, width, n));  // selection alone
+    CHECK(row_of(ids, dd.width, n) == row_of(cpu_ids, width, n));    // the whole pipeline
+    for (std::int32_t i = static_cast<std::int32_t>(n); i < dd.width; ++i) {
+      REQUIRE(ids[static_cast<std::size_t>(r * dd.width + i)] == index::block_table::pad);
+    }
+  }
+}
+
+// Builds c on the device, routes it, compares with the CPU.
+template <class TQ, class TKV, class TS>
+void check_route(const case_spec& s, const sc::decode_router& router, std::mt19937& rng) {
+  INFO(s.describe(), " | reduce ", std::string(route::to_string(router.router.reduce)), " sink ",
+       router.selector.sink, " local ", router.selector.local, " recency ", router.selector.recency, " k ",
+       router.selector.dynamic.k);
+  const random_case<TQ, TKV> c(s, rng);
+  device_decode<TQ, TKV, TS> dd(c, router);
+  SKIM_REQUIRE_OK(dd.build());
+  SKIM_REQUIRE_OK(dd.route());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK(dd.error_bits() == 0);
+  expect_cpu_route(dd, kv_lengths(s));
+}
+
+template <class TQ, class TKV, class TS>
+void check_summaries(const case_spec& s, std::mt19937& rng) {
+  INFO(s.describe());
+  const random_case<TQ, TKV> c(s, rng);
+  device_decode<TQ, TKV, TS> dd(c, sc::decode_router{});
+  const std::vector<std::int32_t> full = kv_lengths(s);
+  std::vector<std::int32_t> lens = full;
+  std::int32_t steps = 0;
+  for (std::int32_t& l : lens) {
+    const std::int32_t cut = std::min(l, skim::test::uniform(rng, 0, 2 * s.block_kv + 3));
+    l -= cut;
+    steps = std::max(steps, cut);
+  }
+  dd.set_lengths(lens);
+  SKIM_REQUIRE_OK(dd.build());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  expect_summaries(dd, lens);
+  for (std::int32_t step = 0; step < steps; ++step) {  // every sequence grows by one key (until full)
+    for (std::size_t b = 0; b < lens.size(); ++b) lens[b] = std::min(lens[b] + 1, full[b]);
+    dd.set_lengths(lens);
+    SKIM_REQUIRE_OK(dd.append());
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+    INFO("after append step ", step + 1, " of ", steps);
+    expect_summaries(dd, lens);
+  }
+  // Token by token equals one build of the whole cache.
+  device_decode<TQ, TKV, TS> once(c, sc::decode_router{});
+  SKIM_REQUIRE_OK(once.build());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK(dd.lo.download() == once.lo.download());
+  CHECK(dd.hi.download() == once.hi.download());
+  CHECK(dd.error_bits() == 0);
+  CHECK(once.error_bits() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("route small build and append_newest match the host's min and max") {
+  for (int iteration = 0; iteration < 6; ++iteration) {
+    const std::uint32_t seed = fresh_seed();
+    INFO("seed ", seed);
+    std::mt19937 rng(seed);
+    case_spec s = decode_spec(rng, 5, 3);
+    s.block_kv = skim::test::pick(rng, {16, 32});
+    check_summaries<float, float, float>(s, rng);
+    check_summaries<bfloat16, bfloat16, bfloat16>(s, rng);
+    check_summaries<bfloat16, bfloat16, float>(s, rng);
+    check_summaries<skim::half, skim::half, skim::half>(s, rng);
+  }
+}
+
+TEST_CASE("route small decode selection matches the CPU pipeline") {
+  for (int iteration = 0; iteration < 8; ++iteration) {
+    const std::uint32_t seed = fresh_seed();
+    INFO("seed ", seed);
+    std::mt19937 rng(seed);
+    const case_spec s = decode_spec(rng, 12, 4);
+    const sc::decode_router router = random_router(rng);
+    check_route<float, float, float>(s, router, rng);
+    check_route<bfloat16, bfloat16, bfloat16>(s, router, rng);
+    check_route<skim::half, skim::half, skim::half>(s, router, rng);
+    check_route<bfloat16, bfloat16, float>(s, router, rng);
+  }
+}
+
+TEST_CASE("route decode random shapes match the CPU pipeline") {
+  for (int iteration = 0; iteration < 40; ++iteration) {
+    const std::uint32_t seed = fresh_seed();
+    INFO("seed ", seed);
+    std::mt19937 rng(seed);
+    const case_spec s = decode_spec(rng, 100, 6, 1'000'000);
+    sc::decode_router router = random_router(rng);
+    router.selector.dynamic.k = skim::test::uniform(rng, 0, 40);
+    if (skim::test::chance(rng, 0.5)) {
+      check_route<bfloat16, bfloat16, bfloat16>(s, router, rng);
+    } else {
+      check_route<float, float, float>(s, router, rng);
+    }
+  }
+}
+
+TEST_CASE("route decode long rows: 8192 blocks, and a serving shape") {
+  const std::uint32_t seed = fresh_seed();
+  INFO("seed ", seed);
+  std::mt19937 rng(seed);
+  {  // the most blocks a row may have (select's keys fill 32 KB of shared memory)
+    case_spec s;
+    s.heads_q = 2;
+    s.heads_kv = 1;
+    s.head_dim = 8;
+    s.block_kv = 16;
+    s.seqs = {{1, 8192 * 16}, {1, 8192 * 16 - 5}, {1, 3000}};
+    sc::decode_router router;
+    router.selector = {.sink = 4, .local = 3, .dynamic = {.k = 100}};
+    check_route<float, float, float>(s, router, rng);
+    router.selector.dynamic.k = 5000;
+    check_route<float, float, float>(s, router, rng);
+  }
+  {  // B = 4, 16 query heads over 4 kv heads, head_dim 128, bk 128, ~16K keys: 16 blocks selected
+    case_spec s;
+    s.heads_q = 16;
+    s.heads_kv = 4;
+    s.head_dim = 128;
+    s.block_kv = 128;
+    s.paged = true;
+    s.page_size = 64;
+    s.seqs.clear();
+    for (int b = 0; b < 4; ++b) s.seqs.push_back({1, 16384 + skim::test::uniform(rng, -300, 300)});
+    sc::decode_router router;
+    router.selector = {.sink = 1, .local = 2, .dynamic = {.k = 13}};
+    check_route<bfloat16, bfloat16, bfloat16>(s, router, rng);
+  }
+}
+
+TEST_CASE("route small ties go to the lower block id") {
+  const std::uint32_t seed = fresh_seed();
+  INFO("seed ", seed);
+  std::mt19937 rng(seed);
+  case_spec s;
+  s.heads_q = 4;
+  s.heads_kv = 1;
+  s.head_dim = 16;
+  s.block_kv = 16;
+  s.seqs = {{1, 16 * 20}, {1, 16 * 9 + 7}};
+  random_case<float, float> c(s, rng);
+  const std::size_t row = 16;  // heads_kv * head_dim floats per token
+  const auto copy_block = [&](std::int32_t b, std::int32_t from, std::int32_t to) {
+    const auto src = c.k.begin() + static_cast<std::ptrdiff_t>((c.cu_kv[b] + from * 16) * row);
+    std::copy(src, src + static_cast<std::ptrdiff_t>(16 * row),
+              c.k.begin() + static_cast<std::ptrdiff_t>((c.cu_kv[b] + to * 16) * row));
+  };
+  for (std::int32_t j = 1; j < 20; ++j) copy_block(0, 0, j);  // the deliberate tie: every block alike
+  for (const std::int32_t j : {2, 4, 5, 7}) copy_block(1, 3, j);
+  sc::decode_router router;
+  router.selector = {.sink = 2, .local = 1, .recency = true, .dynamic = {.k = 5}};
+  device_decode<float, float, float> dd(c, router);
+  SKIM_REQUIRE_OK(dd.build());
+  SKIM_REQUIRE_OK(dd.route());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK(dd.error_bits() == 0);
+  expect_cpu_route(dd, kv_lengths(s));
+  const std::vector<std::int32_t> ids = dd.ids.download();
+  const std::vector<std::int32_t> row0(ids.begin(), ids.begin() + 8);
+  CHECK(row0 == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 19});  // sink, the 5 lowest tied ids, local
+}
+
+TEST_CASE("route small select ranks special scores as the CPU does") {
+  for (int iteration = 0; iteration < 20; ++iteration) {
+    const std::uint32_t seed = fresh_seed();
+    INFO("seed ", seed);
+    std::mt19937 rng(seed);
+    const std::vector<std::int32_t> cu_q{0, 1, 2, 2, 3, 4};
+    const std::vector<std::int32_t> lens{200, 16 * 40, 50, 0, skim::test::uniform(rng, 1, 16 * 64)};
+    const std::vector<std::int32_t> cu_kv = cumulative(lens);
+    const problem p{.heads_q = 4, .heads_kv = 2, .head_dim = 8, .block_q = 16, .block_kv = 16,
+                    .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
+    sc::decode_router router = random_router(rng);
+    router.selector.dynamic.k = skim::test::uniform(rng, 0, 50);
+    INFO("sink ", router.selector.sink, " local ", router.selector.local, " recency ", router.selector.recency, " k ",
+         router.selector.dynamic.k);
+    // Scores on a few levels (many ties), with NaN, infinities and signed zeros.
+    const std::int32_t stride = p.max_kv_blocks();
+    const std::int32_t heads = p.index_heads();
+    const int levels = skim::test::uniform(rng, 1, 6);
+    std::vector<float> device_scores(static_cast<std::size_t>(p.batch() * heads * stride));
+    for (float& x : device_scores) {
+      const int kind = skim::test::uniform(rng, 0, 24);
+      x = kind == 0   ? std::numeric_limits<float>::quiet_NaN()
+          : kind == 1 ? -inf
+          : kind == 2 ? inf
+          : kind == 3 ? -0.0f
+          : kind == 4 ? 0.0f
+                      : 0.5f * static_cast<float>(skim::test::uniform(rng, -levels, levels));
+    }
+    const std::int64_t rows = p.index_rows();
+    std::vector<float> cpu_scores(static_cast<std::size_t>(rows * stride), -inf);
+    for (std::int32_t b = 0; b < p.batch(); ++b) {
+      if (p.seq_len_q(b) == 0) continue;
+      for (std::int32_t h = 0; h < heads; ++h) {
+        std::copy_n(device_scores.begin() + (b * heads + h) * stride, stride,
+                    cpu_scores.begin() + (p.q_block_offset(b) * heads + h) * stride);
+      }
+    }
+    const std::int32_t width = select::max_count(router.selector, p);
+    std::vector<std::int32_t> cpu_ids(static_cast<std::size_t>(rows * width));
+    std::vector<std::int32_t> cpu_count(static_cast<std::size_t>(rows));
+    skim::test::aligned_workspace ws(select::workspace_bytes(router.selector, p));
+    SKIM_REQUIRE_OK(select::select_all(router.selector, p, {.scores = cpu_scores, .score_stride = stride},
+                                       index::mutable_block_table{cpu_ids, cpu_count, width}, ws.bytes));
+
+    buffer<std::int32_t> d_cu_q(cu_q), d_cu_kv(cu_kv), ids(cpu_ids.size()), count(cpu_count.size());
+    buffer<float> d_scores(device_scores);
+    buffer<std::uint32_t> error(1);
+    SKIM_CUDA_REQUIRE(cudaMemset(error.data(), 0, sizeof(std::uint32_t)));
+    const sc::device_problem dp{.batch = p.batch(), .heads_q = 4, .heads_kv = 2, .head_dim = 8, .block_q = 16,
+                                .block_kv = 16, .cu_seqlens_q = d_cu_q.data(), .cu_seqlens_kv = d_cu_kv.data(),
+                                .max_seqlen_q = 1, .max_seqlen_kv = *std::max_element(lens.begin(), lens.end()),
+                                .error = error.data()};
+    REQUIRE(router.width(dp) == width);
+    SKIM_REQUIRE_OK(router.select(dp, std::span<const float>(d_scores.data(), d_scores.size()),
+                                  {.ids = ids.data(), .count = count.data(), .width = width, .rows = rows}, nullptr));
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+    CHECK(ids.download() == cpu_ids);
+    CHECK(count.download() == cpu_count);
+    std::uint32_t bits = 1;
+    SKIM_CUDA_REQUIRE(cudaMemcpy(&bits, error.data(), sizeof bits, cudaMemcpyDeviceToHost));
+    CHECK(bits == 0);
+  }
+}
+
+TEST_CASE("route small graph capture: append and route replayed while the sequences grow") {
+  for (const bool paged : {true, false}) {
+    const std::uint32_t seed = fresh_seed();
+    INFO("seed ", seed, paged ? " paged" : " contiguous");
+    std::mt19937 rng(seed);
+    case_spec s;
+    s.heads_q = 8;
+    s.heads_kv = 2;
+    s.head_dim = 64;
+    s.block_kv = 16;
+    s.paged = paged;
+    s.page_size = 16;
+    s.seqs = {{1, 16 * 7 + 1}, {1, 16 * 3 + 2}, {1, skim::test::uniform(rng, 3, 200)}, {1, 3}};
+    const random_case<bfloat16, bfloat16> c(s, rng);
+    sc::decode_router router;
+    router.selector = {.sink = 1, .local = 1, .dynamic = {.k = 3}};
+    device_decode<bfloat16, bfloat16, bfloat16> dd(c, router);
+    std::vector<std::int32_t> lens = kv_lengths(s);
+    for (std::int32_t& l : lens) l -= 2;  // sequence 0: the first replay ends block 6, the second starts block 7
+    dd.set_lengths(lens);
+    SKIM_REQUIRE_OK(dd.build());
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+
+    cudaStream_t stream = nullptr;
+    SKIM_CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    SKIM_CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const status appended = dd.append(stream);
+    const status routed = dd.route(stream);
+    SKIM_CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
+    SKIM_REQUIRE_OK(appended);
+    SKIM_REQUIRE_OK(routed);
+    SKIM_CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+    for (int step = 0; step < 2; ++step) {
+      INFO("replay ", step + 1);
+      for (std::int32_t& l : lens) ++l;
+      dd.set_lengths(lens);  // the new key is in K and counted by cu_seqlens_kv
+      SKIM_CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
+      SKIM_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+      CHECK(dd.error_bits() == 0);
+      expect_summaries(dd, lens);
+      expect_cpu_route(dd, lens);
+    }
+    SKIM_CUDA_REQUIRE(cudaGraphExecDestroy(exec));
+    SKIM_CUDA_REQUIRE(cudaGraphDestroy(graph));
+    SKIM_CUDA_REQUIRE(cudaStreamDestroy(stream));
+  }
+}
+
+TEST_CASE("route small bad input: host bounds rejected, device lengths reported") {
+  const std::uint32_t seed = fresh_seed();
+  INFO("seed ", seed);
+  std::mt19937 rng(seed);
+  case_spec s;
+  s.heads_q = 4;
+  s.heads_kv = 2;
+  s.head_dim = 32;
+  s.block_kv = 16;
+  s.seqs = {{1, 100}, {1, 40}, {0, 7}};
+  const random_case<float, float> c(s, rng);
+  sc::decode_router router;
+  router.selector = {.sink = 1, .local = 2, .dynamic = {.k = 2}};
+  device_decode<float, float, float> dd(c, router);
+  const sc::device_problem p = dd.prob();
+
+  sc::device_problem two_queries = p;
+  two_queries.max_seqlen_q = 2;
+  CHECK(router.can_implement(two_queries).code() == status_code::unsupported);
+  sc::device_problem too_long = p;
+  too_long.max_seqlen_kv = (sc::decode_router::max_blocks + 1) * s.block_kv;
+  CHECK(router.can_implement(too_long).code() == status_code::unsupported);
+  sc::decode_router with_prior = router;
+  with_prior.selector.importance = 0.5f;
+  CHECK(with_prior.can_implement(p).code() == status_code::unsupported);
+  sc::decode_router negative = router;
+  negative.selector.dynamic.k = -1;
+  CHECK(negative.can_implement(p).code() == status_code::invalid_argument);
+
+  auto narrow = dd.args();
+  narrow.index.width = dd.width - 1;
+  CHECK(router.run(narrow, std::span<std::byte>(dd.workspace.data(), dd.workspace.size()), nullptr).code() ==
+        status_code::shape_mismatch);
+  CHECK(router.run(dd.args(), std::span<std::byte>(dd.workspace.data(), dd.workspace.size() - 64), nullptr).code() ==
+        status_code::workspace_too_small);
+  auto small_summaries = dd.args();
+  small_summaries.summaries.max_kv_blocks = p.max_kv_blocks() - 1;
+  CHECK(router.run(small_summaries, std::span<std::byte>(dd.workspace.data(), dd.workspace.size()), nullptr).code() ==
+        status_code::shape_mismatch);
+  CHECK(sc::build(p, dd.contiguous(), small_summaries.summaries, nullptr).code() == status_code::shape_mismatch);
+
+  // A sequence longer than the host's bound: skipped and reported, by every kernel.
+  dd.max_kv = 60;
+  SKIM_REQUIRE_OK(dd.build());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK((dd.error_bits() & sc::bad_seqlen) != 0);
+  SKIM_REQUIRE_OK(dd.append());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK((dd.error_bits() & sc::bad_seqlen) != 0);
+  SKIM_REQUIRE_OK(dd.route());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK((dd.error_bits() & sc::bad_seqlen) != 0);
+  const std::vector<std::int32_t> count = dd.count.download();
+  CHECK(count[0] == -1);  // sequence 0's rows stay unwritten (poison)
+  CHECK(count[1] == -1);
+  CHECK(count[2] == 3);  // sequence 1 (40 keys, 3 blocks) is routed: sink 1 and local 2
+}
