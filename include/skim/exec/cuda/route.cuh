@@ -16,8 +16,9 @@
 //
 // Decode means one query per sequence: device_problem::max_seqlen_q <= 1 (a sequence with no query
 // has no row). Row numbering is common.cuh's, row = q_block_offset(b) * index_heads + h, which for
-// decode is (cu_seqlens_q[b] - cu_seqlens_q[0]) * index_heads + h. Rows are written completely: ids
-// ascending in [0, count), index::block_table::pad (-1) in [count, width).
+// decode is (cu_seqlens_q[b] - cu_seqlens_q[0]) * index_heads + h. A routed row is written completely:
+// ids ascending in [0, count), index::block_table::pad (-1) in [count, width); the rows of a sequence
+// that breaks the bounds are left alone (reported: bad_seqlen).
 //
 // Two kernels:
 //  - score: grid (32-block tiles, index heads, sequences), 128 threads. A CTA stages its 32 blocks'
