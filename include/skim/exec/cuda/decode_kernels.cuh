@@ -434,13 +434,10 @@ __global__ void __launch_bounds__(threads, 1)
 
   unit u;
   if (!make_unit(p, lp.q_blocks, u)) return;  // CTA-uniform
-  const skim::cuda::device_block_table::span span = a.index.row(u.index_row);
-  const std::int32_t n = span.n > 0 ? span.n : 0;
   const std::int32_t split = static_cast<std::int32_t>(blockIdx.x);
-  const std::int32_t nsplit = used_splits(n, lp);
-  if (split >= nsplit) return;  // CTA-uniform
-  const std::int32_t first_entry = split * lp.chunk_blocks;
-  const std::int32_t entries = n - first_entry < lp.chunk_blocks ? n - first_entry : lp.chunk_blocks;
+  const std::int32_t j = static_cast<std::int32_t>(threadIdx.x);
+  const std::int32_t entry = split * lp.chunk_blocks + j;  // this thread's entry of the row
+  static_assert(max_chunk_blocks <= threads, "one id per thread");
 
   uint4* kv_all = smem;
   std::int32_t* tok_all = reinterpret_cast<std::int32_t*>(reinterpret_cast<char*>(smem) + kv_bytes);
@@ -448,42 +445,76 @@ __global__ void __launch_bounds__(threads, 1)
   const std::int32_t qr = q_rows(u.rows);
   std::int32_t* ids_s = reinterpret_cast<std::int32_t*>(q_s + static_cast<std::size_t>(q_rows(lp.max_rows)) * D);
 
+  // Global loads before anything waits on them (each smem store waits for its load): the row's
+  // count, the sequence's page list, this thread's id and its predecessor (a block_table's row
+  // address does not depend on the count: loaded speculatively, inside the table), then Q.
+  const skim::cuda::device_block_table::span span = a.index.row(u.index_row);
+  const kv_rows<KV> src(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head);
+  std::int32_t id = 0, pred = -1;
+  if constexpr (std::is_same_v<Index, skim::cuda::device_block_table>) {
+    if (j < lp.chunk_blocks && entry < a.index.width && u.index_row >= 0 && u.index_row < a.index.rows) {
+      const std::int32_t* ids = a.index.ids + u.index_row * a.index.width;
+      id = ids[entry];
+      if (entry > 0) pred = ids[entry - 1];
+    }
+  }
+
+  // Q rows (padding rows zero), pre-scaled, in the lane-read layout: q_batch loads, then q_batch stores.
+  constexpr int q_batch = 4;
+  for (std::int32_t x0 = j; x0 < qr * D; x0 += threads * q_batch) {
+    float val[q_batch];
+#pragma unroll
+    for (int k = 0; k < q_batch; ++k) {
+      const std::int32_t x = x0 + k * threads, row = x / D, d = x % D;
+      val[k] = 0.0f;
+      if (x < qr * D && row < u.rows) {
+        const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
+        val[k] = skim::cuda::to_float(a.q.row(token, u.first_head + row % u.heads)[d]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < q_batch; ++k) {
+      const std::int32_t x = x0 + k * threads, row = x / D, d = x % D;
+      if (x >= qr * D) break;
+      const int chunk = d / 8, c = chunk % G::lanes_per_key, hi = chunk / G::lanes_per_key;
+      const int i = hi * 2 + (d % 8) / 4;
+      q_s[((row * 4 + i) * G::lanes_per_key + c) * 4 + d % 4] = val[k] * lp.scale_log2;
+    }
+  }
+
+  const std::int32_t n = span.n > 0 ? span.n : 0;
+  const std::int32_t nsplit = used_splits(n, lp);
+  if (split >= nsplit) return;  // CTA-uniform, before any barrier
+  const std::int32_t first_entry = split * lp.chunk_blocks;
+  const std::int32_t entries = n - first_entry < lp.chunk_blocks ? n - first_entry : lp.chunk_blocks;
+  if constexpr (!std::is_same_v<Index, skim::cuda::device_block_table>) {
+    if (j < entries) {
+      id = span.first[entry];
+      if (entry > 0) pred = span.first[entry - 1];
+    }
+  }
+
   // Index: bad count (clamped span, or more ids than the grid's splits cover) once per unit; each id
-  // of the chunk against its row's visible blocks and its predecessor in the row.
-  if (split == 0 && threadIdx.x == 0 &&
+  // of the chunk against its row's visible blocks and its predecessor in the row (bad ids become -1).
+  if (split == 0 && j == 0 &&
       (span.clamped || static_cast<std::int64_t>(n) > static_cast<std::int64_t>(lp.splits) * lp.chunk_blocks)) {
     skim::cuda::report(p, skim::cuda::bad_count);
   }
-  for (std::int32_t j = static_cast<std::int32_t>(threadIdx.x); j < entries; j += threads) {
-    const std::int32_t e = first_entry + j;
-    const std::int32_t id = span.first[e];
+  if (j < entries) {
     std::int32_t keep = id;
     if (id < 0 || id >= u.row.visible_blocks) {
       skim::cuda::report(p, skim::cuda::bad_block_id);
       keep = -1;
-    } else if (e > 0 && id <= span.first[e - 1]) {
+    } else if (entry > 0 && id <= pred) {
       skim::cuda::report(p, skim::cuda::bad_order);
       keep = -1;
     }
     ids_s[j] = keep;
   }
-
-  // Q rows (padding rows zero), pre-scaled, in the lane-read layout.
-  for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < qr * D; x += threads) {
-    const std::int32_t row = x / D, d = x % D;
-    float val = 0.0f;
-    if (row < u.rows) {
-      const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
-      val = skim::cuda::to_float(a.q.row(token, u.first_head + row % u.heads)[d]) * lp.scale_log2;
-    }
-    const int chunk = d / 8, c = chunk % G::lanes_per_key, hi = chunk / G::lanes_per_key;
-    const int i = hi * 2 + (d % 8) / 4;
-    q_s[((row * 4 + i) * G::lanes_per_key + c) * 4 + d % 4] = val;
-  }
   __syncthreads();
 
   const chunk_view<D, KV> cv{
-      .src = kv_rows<KV>(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head),
+      .src = src,
       .ids = ids_s,
       .entries = entries,
       .block_kv = p.block_kv,
