@@ -372,7 +372,8 @@ TEST_CASE("prefill small bad input: ids, order, counts and pages are skipped and
   }
   SUBCASE("a page outside the pool") {
     std::vector<std::int32_t> pages = c.page_indices;
-    pages[0] = c.num_pages + 3;  // first page of sequence 0
+    // Every page of sequence 0 (so whichever blocks the selection reads, one is bad).
+    for (std::int32_t i = c.page_indptr[0]; i < c.page_indptr[1]; ++i) pages[static_cast<std::size_t>(i)] = c.num_pages + 3;
     dc.page_indices.upload(pages);
     const device_index idx(clean, 0);
     const auto got = run_prefill<float>(c, dc, idx, index_form::csr);
@@ -387,7 +388,7 @@ TEST_CASE("prefill small bad input: ids, order, counts and pages are skipped and
 TEST_CASE("prefill host checks: unsupported shapes and misaligned views") {
   std::mt19937 rng(0x4057u);
   const exec::cuda::prefill e;
-  skim::cuda::device_problem p{.batch = 1, .heads_q = 2, .heads_kv = 1, .head_dim = 96, .block_q = 64, .block_kv = 64};
+  skim::cuda::device_problem p{.batch = 0, .heads_q = 2, .heads_kv = 1, .head_dim = 96, .block_q = 64, .block_kv = 64};
   status st = e.can_implement(p);
   CHECK(st.code() == status_code::unsupported);
   CHECK(std::string(st.message()).find("head_dim 96") != std::string::npos);

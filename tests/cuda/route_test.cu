@@ -386,8 +386,12 @@ void check_summaries(const case_spec& s, std::mt19937& rng) {
   device_decode<TQ, TKV, TS> once(c, sc::decode_router{});
   SKIM_REQUIRE_OK(once.build());
   SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
-  CHECK(dd.lo.download() == once.lo.download());
-  CHECK(dd.hi.download() == once.hi.download());
+  // Bitwise: records no key reaches keep the 0xff poison in both (NaN for float, so == would fail).
+  const auto same_bits = [](const auto& x, const auto& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
+  };
+  CHECK(same_bits(dd.lo.download(), once.lo.download()));
+  CHECK(same_bits(dd.hi.download(), once.hi.download()));
   CHECK(dd.error_bits() == 0);
   CHECK(once.error_bits() == 0);
 }

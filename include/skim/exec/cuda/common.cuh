@@ -401,9 +401,11 @@ template <class TQ, class KV, class Index, class TO>
   for (auto [data, ts, hs, name] : {std::tuple{static_cast<const void*>(a.q.data), a.q.token_stride, a.q.head_stride, "Q"},
                                     std::tuple{static_cast<const void*>(a.o.data), a.o.token_stride, a.o.head_stride, "O"}}) {
     if (data == nullptr) return status::error(status_code::invalid_argument, "%s is null", name);
-    if (hs < p.head_dim && p.heads_q > 1) {
-      return status::error(status_code::invalid_argument, "%s head stride %lld < head_dim %d", name,
-                           static_cast<long long>(hs), p.head_dim);
+    // Rows of head_dim elements: token-major views step heads by >= head_dim, head-major ones step
+    // tokens by >= head_dim (and a head-major view of no token may have head stride 0).
+    if (hs < p.head_dim && ts < p.head_dim) {
+      return status::error(status_code::invalid_argument, "%s strides (token %lld, head %lld) < head_dim %d", name,
+                           static_cast<long long>(ts), static_cast<long long>(hs), p.head_dim);
     }
     if (ts < 0 || hs < 0) return status::error(status_code::invalid_argument, "%s has a negative stride", name);
   }

@@ -275,6 +275,8 @@ __global__ void __launch_bounds__(score_threads)
 }
 
 // Grid (index head, sequence). Dynamic shared memory: keys [stride] (the row's candidates).
+// (A template only so that a header-defined kernel has one definition across translation units.)
+template <int = 0>
 __global__ void __launch_bounds__(select_threads)
     decode_select_kernel(device_problem p, const float* scores, mutable_device_block_table t, select_params sp) {
   extern __shared__ std::uint32_t route_select_keys[];
@@ -525,7 +527,7 @@ struct decode_router {
                                  .stride = p.max_kv_blocks()};
     const dim3 grid(static_cast<unsigned>(p.index_heads()), static_cast<unsigned>(p.batch));
     const std::size_t smem = sizeof(std::uint32_t) * static_cast<std::size_t>(p.max_kv_blocks());
-    impl::decode_select_kernel<<<grid, impl::select_threads, smem, stream>>>(p, scores.data(), index, sp);
+    impl::decode_select_kernel<><<<grid, impl::select_threads, smem, stream>>>(p, scores.data(), index, sp);
     return check_launch("decode_select_kernel");
   }
 

@@ -1,0 +1,423 @@
+// skim_bench_cuda: times skim's CUDA executors on one shape and prints one JSON line per result.
+// bench/cuda/compare.py runs it next to PyTorch's peers (SDPA cuDNN and flash, FlexAttention with
+// the same block mask) and prints the table; scripts/cuda runs both on the GPU machine.
+//
+//   skim_bench_cuda decode  --batch 8 --n 131072 --blocks 16   (--blocks 0: every block, dense)
+//   skim_bench_cuda prefill --n 32768 --blocks 16              (--blocks 0: every causal block)
+//   skim_bench_cuda step    --batch 8 --n 131072 --blocks 16   (append + route + decode, one CUDA graph)
+//   common: --heads-q 32 --heads-kv 8 --dim 128 --bk 128 --bq 128 --dtype bf16|fp16
+//           --sets 4 (index sets rotated between timed runs) --reps 50 --index-out FILE
+//
+// Method (METHOD.md): random inputs (never zeros), a warm-up, device events around each run, the
+// median over reps; each rep uses the next of --sets random index sets over the same K/V, so the
+// selected bytes of one rep are not left in L2 by the previous one. --index-out writes the index
+// sets (int32, [sets, rows, blocks]) so compare.py builds FlexAttention's mask from the same ids.
+// Rates: decode counts the selected K+V bytes read once; prefill counts 4·pairs·head_dim·heads_q
+// over the (causally) visible pairs of the selected blocks.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <skim/cuda.cuh>
+
+namespace {
+
+#define BENCH_CHECK(expr)                                                                   \
+  do {                                                                                      \
+    const cudaError_t e_ = (expr);                                                          \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+#define BENCH_STATUS(expr)                                                                  \
+  do {                                                                                      \
+    const skim::status s_ = (expr);                                                         \
+    if (!s_.ok()) {                                                                         \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, s_.message());     \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+struct options {
+  std::string mode;
+  int batch = 1, n = 32768, heads_q = 32, heads_kv = 8, dim = 128, bq = 128, bk = 128, blocks = 16;
+  int sets = 4, reps = 50, chunk_blocks = 0;
+  std::string dtype = "bf16";
+  std::string index_out;
+};
+
+options parse(int argc, char** argv) {
+  options o;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s decode|prefill [--batch B] [--n N] [--blocks K] ...\n", argv[0]);
+    std::exit(2);
+  }
+  o.mode = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const char* v = argv[i + 1];
+    if (k == "--batch") o.batch = std::atoi(v);
+    else if (k == "--n") o.n = std::atoi(v);
+    else if (k == "--heads-q") o.heads_q = std::atoi(v);
+    else if (k == "--heads-kv") o.heads_kv = std::atoi(v);
+    else if (k == "--dim") o.dim = std::atoi(v);
+    else if (k == "--bq") o.bq = std::atoi(v);
+    else if (k == "--bk") o.bk = std::atoi(v);
+    else if (k == "--blocks") o.blocks = std::atoi(v);
+    else if (k == "--sets") o.sets = std::atoi(v);
+    else if (k == "--reps") o.reps = std::atoi(v);
+    else if (k == "--chunk-blocks") o.chunk_blocks = std::atoi(v);
+    else if (k == "--dtype") o.dtype = v;
+    else if (k == "--index-out") o.index_out = v;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+template <class T>
+struct device_array {
+  T* p = nullptr;
+  std::size_t n = 0;
+  explicit device_array(std::size_t count) : n(count) { BENCH_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T))); }
+  device_array(const device_array&) = delete;
+  ~device_array() { cudaFree(p); }
+  void upload(const std::vector<T>& h) { BENCH_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+};
+
+// N(0, 1) values in a 16-bit type, generated on the host once per distinct pattern and tiled:
+// random everywhere, cheap to make for gigabytes.
+template <class T>
+void fill_random(device_array<T>& a, unsigned seed) {
+  constexpr std::size_t pattern = std::size_t(1) << 22;
+  std::vector<T> h(std::min(a.n, pattern));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (T& x : h) x = T::from_float(nd(rng));
+  for (std::size_t off = 0; off < a.n; off += h.size()) {
+    const std::size_t m = std::min(h.size(), a.n - off);
+    BENCH_CHECK(cudaMemcpy(a.p + off, h.data(), m * sizeof(T), cudaMemcpyHostToDevice));
+  }
+}
+
+// Median of `reps` timed runs of f(rep) after 3 warm-up runs; milliseconds.
+template <class F>
+double time_median(int reps, F&& f) {
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) f(i);
+  BENCH_CHECK(cudaDeviceSynchronize());
+  std::vector<float> ms(static_cast<std::size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CHECK(cudaEventRecord(start));
+    f(i);
+    BENCH_CHECK(cudaEventRecord(stop));
+    BENCH_CHECK(cudaEventSynchronize(stop));
+    BENCH_CHECK(cudaEventElapsedTime(&ms[static_cast<std::size_t>(i)], start, stop));
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms[ms.size() / 2];
+}
+
+void write_index(const options& o, const std::vector<std::int32_t>& ids) {
+  if (o.index_out.empty()) return;
+  FILE* f = std::fopen(o.index_out.c_str(), "wb");
+  if (f == nullptr || std::fwrite(ids.data(), sizeof(std::int32_t), ids.size(), f) != ids.size()) {
+    std::fprintf(stderr, "cannot write %s\n", o.index_out.c_str());
+    std::exit(1);
+  }
+  std::fclose(f);
+}
+
+// `k` distinct sorted ids from [0, visible), always including the last one (the query's own block,
+// as a local branch would); all of them when visible <= k.
+void pick_blocks(std::mt19937& rng, int visible, int k, std::int32_t* out) {
+  if (visible <= k) {
+    std::iota(out, out + visible, 0);
+    return;
+  }
+  std::vector<std::int32_t> all(static_cast<std::size_t>(visible - 1));
+  std::iota(all.begin(), all.end(), 0);
+  for (int i = 0; i < k - 1; ++i) {
+    std::uniform_int_distribution<int> d(i, visible - 2);
+    std::swap(all[static_cast<std::size_t>(i)], all[static_cast<std::size_t>(d(rng))]);
+  }
+  std::sort(all.begin(), all.begin() + (k - 1));
+  std::copy(all.begin(), all.begin() + (k - 1), out);
+  out[k - 1] = visible - 1;
+}
+
+template <class T>
+int run_decode(const options& o) {
+  const int kv_blocks = (o.n + o.bk - 1) / o.bk;
+  const bool dense = o.blocks <= 0;
+  const int width = dense ? kv_blocks : std::min(o.blocks, kv_blocks);
+  const int sets = dense ? 1 : o.sets;
+  const std::int64_t rows = std::int64_t(o.batch) * o.heads_kv;
+
+  std::vector<std::int32_t> cu_q(o.batch + 1), cu_kv(o.batch + 1);
+  for (int b = 0; b <= o.batch; ++b) {
+    cu_q[b] = b;
+    cu_kv[b] = b * o.n;
+  }
+  std::vector<std::int32_t> ids(std::size_t(sets) * rows * width), count(std::size_t(rows), width);
+  std::mt19937 rng(1234);
+  for (int s = 0; s < sets; ++s)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::int32_t* row = ids.data() + (std::size_t(s) * rows + r) * width;
+      if (dense) std::iota(row, row + width, 0);
+      else pick_blocks(rng, kv_blocks, width, row);
+    }
+  write_index(o, ids);
+
+  const std::size_t kv_elems = std::size_t(o.batch) * o.n * o.heads_kv * o.dim;
+  device_array<T> q(std::size_t(o.batch) * o.heads_q * o.dim), k(kv_elems), v(kv_elems), out(std::size_t(o.batch) * o.heads_q * o.dim);
+  fill_random(q, 1);
+  fill_random(k, 2);
+  fill_random(v, 3);
+  device_array<std::int32_t> d_cu_q(cu_q.size()), d_cu_kv(cu_kv.size()), d_ids(ids.size()), d_count(count.size());
+  d_cu_q.upload(cu_q);
+  d_cu_kv.upload(cu_kv);
+  d_ids.upload(ids);
+  d_count.upload(count);
+
+  skim::cuda::device_problem p{.batch = o.batch, .heads_q = o.heads_q, .heads_kv = o.heads_kv, .head_dim = o.dim,
+                               .block_q = 1, .block_kv = o.bk, .mask = skim::mask_kind::causal,
+                               .cu_seqlens_q = d_cu_q.p, .cu_seqlens_kv = d_cu_kv.p, .max_seqlen_q = 1,
+                               .max_seqlen_kv = o.n};
+  skim::exec::cuda::decode exec;
+  if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
+  BENCH_STATUS(exec.can_implement(p));
+  const std::size_t ws_bytes = exec.workspace_bytes(p, width);
+  device_array<std::byte> ws(ws_bytes);
+  using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
+  const auto run = [&](int rep) {
+    args_t a{.prob = p,
+             .q = skim::cuda::device_view<const T>::token_major(q.p, o.heads_q, o.dim),
+             .kv = {.k = k.p, .v = v.p, .token_stride = std::int64_t(o.heads_kv) * o.dim, .head_stride = o.dim},
+             .index = {.ids = d_ids.p + std::size_t(rep % sets) * rows * width, .count = d_count.p, .width = width, .rows = rows},
+             .o = skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim)};
+    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, nullptr));
+  };
+  const double ms = time_median(o.reps, run);
+  const double bytes = 2.0 * double(rows) * width * o.bk * o.dim * sizeof(T);
+  std::printf("{\"bench\": \"decode\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
+              "\"bytes\": %.0f, \"tb_per_s\": %.3f}\n",
+              o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9);
+  return 0;
+}
+
+template <class T>
+int run_prefill(const options& o) {
+  const int q_blocks = (o.n + o.bq - 1) / o.bq;
+  const int kv_blocks = (o.n + o.bk - 1) / o.bk;
+  const bool dense = o.blocks <= 0;
+  const int width = dense ? kv_blocks : std::min(o.blocks, kv_blocks);
+  const int sets = dense ? 1 : o.sets;
+  const std::int64_t rows = std::int64_t(q_blocks) * o.heads_kv;  // batch 1, index_scope kv_head
+
+  std::vector<std::int32_t> cu{0, o.n};
+  std::vector<std::int32_t> ids(std::size_t(sets) * rows * width, -1), count(std::size_t(sets) * rows);
+  std::mt19937 rng(4321);
+  double pairs = 0;  // visible (query, key) pairs of the first set, per kv head row
+  for (int s = 0; s < sets; ++s)
+    for (int i = 0; i < q_blocks; ++i)
+      for (int h = 0; h < o.heads_kv; ++h) {
+        const std::int64_t r = std::int64_t(i) * o.heads_kv + h;
+        // Blocks visible to query block i under bottom-right causality with n_q == n_kv.
+        const int q_last = std::min(o.n, (i + 1) * o.bq) - 1;
+        const int visible = q_last / o.bk + 1;
+        std::int32_t* row = ids.data() + (std::size_t(s) * rows + r) * width;
+        const int c = std::min(width, visible);
+        if (dense) std::iota(row, row + visible, 0);
+        else pick_blocks(rng, visible, c, row);
+        count[std::size_t(s) * rows + r] = c;
+        if (s == 0) {
+          for (int j = 0; j < c; ++j)
+            for (int qq = i * o.bq; qq <= q_last; ++qq) {
+              const int k0 = row[j] * o.bk, k1 = std::min(o.n, k0 + o.bk);
+              pairs += std::max(0, std::min(k1, qq + 1) - k0);
+            }
+        }
+      }
+  write_index(o, ids);
+  // (count is [sets, rows]; compare.py recomputes counts from the -1 padding.)
+
+  const std::size_t elems = std::size_t(o.n) * o.heads_kv * o.dim;
+  device_array<T> q(std::size_t(o.n) * o.heads_q * o.dim), k(elems), v(elems), out(std::size_t(o.n) * o.heads_q * o.dim);
+  fill_random(q, 1);
+  fill_random(k, 2);
+  fill_random(v, 3);
+  device_array<std::int32_t> d_cu(cu.size()), d_ids(ids.size()), d_count(count.size());
+  d_cu.upload(cu);
+  d_ids.upload(ids);
+  d_count.upload(count);
+  skim::cuda::device_problem p{.batch = 1, .heads_q = o.heads_q, .heads_kv = o.heads_kv, .head_dim = o.dim,
+                               .block_q = o.bq, .block_kv = o.bk, .mask = skim::mask_kind::causal,
+                               .cu_seqlens_q = d_cu.p, .cu_seqlens_kv = d_cu.p, .max_seqlen_q = o.n,
+                               .max_seqlen_kv = o.n};
+  skim::exec::cuda::prefill exec;
+  BENCH_STATUS(exec.can_implement(p));
+  const std::size_t ws_bytes = exec.workspace_bytes(p);
+  device_array<std::byte> ws(ws_bytes);
+  using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
+  const auto run = [&](int rep) {
+    const std::size_t s = std::size_t(rep % sets);
+    args_t a{.prob = p,
+             .q = skim::cuda::device_view<const T>::token_major(q.p, o.heads_q, o.dim),
+             .kv = {.k = k.p, .v = v.p, .token_stride = std::int64_t(o.heads_kv) * o.dim, .head_stride = o.dim},
+             .index = {.ids = d_ids.p + s * rows * width, .count = d_count.p + s * rows, .width = width, .rows = rows},
+             .o = skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim)};
+    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, nullptr));
+  };
+  const double ms = time_median(o.reps, run);
+  const double flops = 4.0 * pairs * o.dim * (o.heads_q / o.heads_kv);
+  std::printf("{\"bench\": \"prefill\", \"impl\": \"skim\", \"n\": %d, \"blocks\": %d, \"ms\": %.5f, \"flops\": %.0f, "
+              "\"tflop_per_s\": %.2f}\n",
+              o.n, dense ? 0 : width, ms, flops, flops / ms * 1e-9);
+  return 0;
+}
+
+
+// One whole sparse decode step on the device, captured in a CUDA graph and timed by replays:
+// append the newest token's key to its block summary, score every block, select sink + local + top-k
+// (16 blocks of bk per kv head by default), and attend over them. K/V of the new token are taken as
+// already written (the engine's cache write); replaying an append of the same token is idempotent.
+template <class T>
+int run_step(const options& o) {
+  const int kv_blocks = (o.n + o.bk - 1) / o.bk;
+  std::vector<std::int32_t> cu_q(o.batch + 1), cu_kv(o.batch + 1);
+  for (int b = 0; b <= o.batch; ++b) {
+    cu_q[b] = b;
+    cu_kv[b] = b * o.n;
+  }
+  const std::size_t kv_elems = std::size_t(o.batch) * o.n * o.heads_kv * o.dim;
+  device_array<T> q(std::size_t(o.batch) * o.heads_q * o.dim), k(kv_elems), v(kv_elems), out(std::size_t(o.batch) * o.heads_q * o.dim);
+  fill_random(q, 1);
+  fill_random(k, 2);
+  fill_random(v, 3);
+  device_array<std::int32_t> d_cu_q(cu_q.size()), d_cu_kv(cu_kv.size());
+  d_cu_q.upload(cu_q);
+  d_cu_kv.upload(cu_kv);
+  skim::cuda::device_problem p{.batch = o.batch, .heads_q = o.heads_q, .heads_kv = o.heads_kv, .head_dim = o.dim,
+                               .block_q = 1, .block_kv = o.bk, .mask = skim::mask_kind::causal,
+                               .cu_seqlens_q = d_cu_q.p, .cu_seqlens_kv = d_cu_kv.p, .max_seqlen_q = 1,
+                               .max_seqlen_kv = o.n};
+  const skim::cuda::device_contiguous_kv<T> kv{.k = k.p, .v = v.p, .token_stride = std::int64_t(o.heads_kv) * o.dim,
+                                               .head_stride = o.dim};
+  // Summaries in K's own type (exact for min/max).
+  device_array<T> lo(std::size_t(o.batch) * kv_blocks * o.heads_kv * o.dim), hi(lo.n);
+  const skim::cuda::device_max_bound<T> sums{.lo = lo.p, .hi = hi.p, .max_kv_blocks = kv_blocks};
+  BENCH_STATUS(skim::cuda::build(p, kv, sums, nullptr));
+
+  skim::cuda::decode_router router;
+  router.selector.sink = 1;
+  router.selector.local = 2;
+  router.selector.dynamic.k = std::max(0, o.blocks - 3);
+  BENCH_STATUS(router.can_implement(p));
+  const int width = router.width(p);
+  const std::int64_t rows = std::int64_t(o.batch) * o.heads_kv;
+  device_array<std::int32_t> ids{std::size_t(rows) * width}, count{std::size_t(rows)};
+  const skim::cuda::mutable_device_block_table table{.ids = ids.p, .count = count.p, .width = width, .rows = rows};
+  device_array<std::byte> route_ws(router.workspace_bytes(p));
+
+  skim::exec::cuda::decode exec;
+  if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
+  BENCH_STATUS(exec.can_implement(p));
+  const std::size_t ws_bytes = exec.workspace_bytes(p, width);
+  device_array<std::byte> ws(ws_bytes);
+  using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
+  const args_t a{.prob = p,
+                 .q = skim::cuda::device_view<const T>::token_major(q.p, o.heads_q, o.dim),
+                 .kv = kv,
+                 .index = table,
+                 .o = skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim)};
+  const skim::cuda::decode_route_args<T, T> ra{.prob = p, .q = a.q, .summaries = sums, .index = table};
+
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto step = [&](cudaStream_t st) {
+    BENCH_STATUS(skim::cuda::append_newest(p, kv, sums, st));
+    BENCH_STATUS(router.run(ra, std::span<std::byte>(route_ws.p, route_ws.n), st));
+    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, st));
+  };
+  cudaGraph_t graph;
+  cudaGraphExec_t graph_exec;
+  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  step(stream);
+  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
+  BENCH_CHECK(cudaGraphInstantiate(&graph_exec, graph, 0));
+
+  // Stage times (uncaptured launches, events around each), then the graph.
+  cudaEvent_t e[4];
+  for (auto& ev : e) BENCH_CHECK(cudaEventCreate(&ev));
+  std::vector<float> t_append, t_route, t_attend;
+  for (int rep = 0; rep < o.reps + 3; ++rep) {
+    BENCH_CHECK(cudaEventRecord(e[0], stream));
+    BENCH_STATUS(skim::cuda::append_newest(p, kv, sums, stream));
+    BENCH_CHECK(cudaEventRecord(e[1], stream));
+    BENCH_STATUS(router.run(ra, std::span<std::byte>(route_ws.p, route_ws.n), stream));
+    BENCH_CHECK(cudaEventRecord(e[2], stream));
+    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, stream));
+    BENCH_CHECK(cudaEventRecord(e[3], stream));
+    BENCH_CHECK(cudaEventSynchronize(e[3]));
+    if (rep < 3) continue;
+    float x;
+    BENCH_CHECK(cudaEventElapsedTime(&x, e[0], e[1]));
+    t_append.push_back(x);
+    BENCH_CHECK(cudaEventElapsedTime(&x, e[1], e[2]));
+    t_route.push_back(x);
+    BENCH_CHECK(cudaEventElapsedTime(&x, e[2], e[3]));
+    t_attend.push_back(x);
+  }
+  const auto median = [](std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<float> t_graph;
+  for (int rep = 0; rep < o.reps + 3; ++rep) {
+    BENCH_CHECK(cudaEventRecord(e[0], stream));
+    BENCH_CHECK(cudaGraphLaunch(graph_exec, stream));
+    BENCH_CHECK(cudaEventRecord(e[1], stream));
+    BENCH_CHECK(cudaEventSynchronize(e[1]));
+    float x;
+    BENCH_CHECK(cudaEventElapsedTime(&x, e[0], e[1]));
+    if (rep >= 3) t_graph.push_back(x);
+  }
+  std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
+              "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f}\n",
+              o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend));
+  for (auto& ev : e) cudaEventDestroy(ev);
+  cudaGraphExecDestroy(graph_exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  const bool bf16 = o.dtype == "bf16";
+  if (!bf16 && o.dtype != "fp16") {
+    std::fprintf(stderr, "--dtype %s: bf16 or fp16\n", o.dtype.c_str());
+    return 2;
+  }
+  if (o.mode == "decode") return bf16 ? run_decode<skim::bfloat16>(o) : run_decode<skim::half>(o);
+  if (o.mode == "prefill") return bf16 ? run_prefill<skim::bfloat16>(o) : run_prefill<skim::half>(o);
+  if (o.mode == "step") return bf16 ? run_step<skim::bfloat16>(o) : run_step<skim::half>(o);
+  std::fprintf(stderr, "unknown mode %s\n", o.mode.c_str());
+  return 2;
+}
