@@ -47,15 +47,19 @@ struct summary_layout {
   [[nodiscard]] constexpr std::int64_t block_floats() const noexcept { return heads_kv * record_floats; }
   // Floats of the whole batch: the size the records span needs.
   [[nodiscard]] constexpr std::int64_t floats() const noexcept { return total_kv_blocks * block_floats(); }
-  // Blocks of sequence b (the last may be partial).
-  [[nodiscard]] constexpr std::int32_t kv_blocks(std::int32_t b) const noexcept {
-    return (cu_seqlens_kv[b + 1] - cu_seqlens_kv[b] + block_kv - 1) / block_kv;
+  // The key-block geometry of the problem (problem's own formulas, so the two cannot disagree).
+  [[nodiscard]] constexpr problem keys() const noexcept {
+    problem p;
+    p.block_kv = block_kv;
+    p.cu_seqlens_q = cu_seqlens_kv;  // only the batch size is read from it
+    p.cu_seqlens_kv = cu_seqlens_kv;
+    return p;
   }
+  // Blocks of sequence b (the last may be partial).
+  [[nodiscard]] constexpr std::int32_t kv_blocks(std::int32_t b) const noexcept { return keys().kv_blocks(b); }
   // First global block of sequence b: Σ_{s<b} kv_blocks(s). O(b).
   [[nodiscard]] constexpr std::int64_t kv_block_offset(std::int32_t b) const noexcept {
-    std::int64_t n = 0;
-    for (std::int32_t s = 0; s < b; ++s) n += kv_blocks(s);
-    return n;
+    return keys().kv_block_offset(b);
   }
   // Start of record (global block g, kv head h), in floats.
   [[nodiscard]] constexpr std::int64_t record_offset(std::int64_t g, std::int32_t h) const noexcept {
@@ -79,7 +83,7 @@ template <summarizer S>
   l.block_kv = p.block_kv;
   l.record_floats = S::record_floats(p.head_dim);
   l.cu_seqlens_kv = p.cu_seqlens_kv;
-  l.total_kv_blocks = l.kv_block_offset(p.batch());
+  l.total_kv_blocks = p.total_kv_blocks();
   return l;
 }
 
