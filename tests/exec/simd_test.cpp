@@ -5,7 +5,8 @@
 //
 // Same random cases as scalar_test.cpp (all dtypes, paged and varlen, GQA 1/4/8, odd head dims,
 // partial blocks, decode rows, both index scopes) plus stored index formats, decode splits, thread
-// counts (bit-identical for 1, 2 and 16 threads, and for items run in any order) and allocation.
+// counts (bit-identical for 1, 2 and 16 threads, and for items run in any order) and allocation,
+// and decode with fused kv heads (a head-invariant index: one item reads every kv head's tiles).
 #include "skim/exec/cpu/simd.hpp"
 
 #include <doctest/doctest.h>
@@ -24,8 +25,10 @@
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/index/block_csr.hpp"
 #include "skim/index/block_table.hpp"
+#include "skim/index/block_union.hpp"
 #include "skim/index/causal_all.hpp"
 #include "skim/index/convert.hpp"
+#include "skim/index/head_invariant.hpp"
 #include "skim/index/sink.hpp"
 #include "skim/index/sliding_window.hpp"
 #include "support/allocation_counter.hpp"
@@ -273,6 +276,80 @@ TEST_CASE("simd matches reference: stored indices (block_csr, block_table) with 
     }
     const index::block_table table{.ids = ids, .count = counts, .width = width};
     (void)simd_vs_reference<float>(c, table, true, options, false);
+  }
+}
+
+static_assert(index::head_invariant_v<index::causal_all> && index::head_invariant_v<const index::sink&> &&
+              index::head_invariant_v<index::sliding_window> &&
+              index::head_invariant_v<index::block_union<index::sink, index::sliding_window, index::causal_all>>);
+static_assert(!index::head_invariant_v<index::block_csr> && !index::head_invariant_v<index::block_table> &&
+              !index::head_invariant_v<index::block_union<index::sink, index::block_csr>>);
+
+// Decode rows of a head-invariant index run fused (every kv head in index head 0's items); the
+// same selection stored per head (a CSR: not head-invariant) runs per head. Each kv group's rows go
+// through the same tile kernels in the same order either way, so with one index per kv head the
+// outputs are bit-identical; both also match the reference (and 2 and 16 threads, items in reverse).
+TEST_CASE("simd fused decode: a head-invariant index gives the bits of the same selection stored per head") {
+  for (int i = 0; i < scaled(24); ++i) {
+    const std::uint32_t seed = 0xf05eu + static_cast<std::uint32_t>(i);
+    std::mt19937 rng(seed);
+    case_spec spec;
+    spec.heads_kv = pick(rng, {2, 3, 4});
+    spec.heads_q = spec.heads_kv * pick(rng, {1, 3, 4});
+    spec.head_dim = pick(rng, {16, 40, 64, 128});
+    spec.block_q = pick(rng, {1, 2, 4, 16});
+    spec.block_kv = pick(rng, {7, 16, 32});
+    spec.mask = chance(rng, 0.8) ? mask_kind::causal : mask_kind::none;
+    // Decode rows (1..4 queries), long and short, a partial last block, an empty sequence.
+    spec.seqs = {{1, uniform(rng, 200, 700)}, {uniform(rng, 2, 4), uniform(rng, 30, 400)}, {1, uniform(rng, 1, 20)},
+                 {0, 0}, {1, 1}};
+    spec.paged = chance(rng, 0.4);
+    spec.page_size = pick(rng, {16, 24});
+    const random_case<half, half> c(spec, rng);
+    const problem p = c.prob();
+    exec::simd<xsimd::default_arch> options;
+    options.decode_chunk_keys = pick(rng, {1, 64, 100, 2048});
+    INFO("seed " << seed << ": " << spec.describe() << ", chunk keys " << options.decode_chunk_keys);
+    const auto check_fused = [&](const auto& implicit, const char* name) {
+      INFO("index " << name);
+      (void)simd_vs_reference<float>(c, implicit, true, options, i % 2 == 0);
+      csr_storage csr;
+      REQUIRE(for_each_row(p, [&](const row_info& r) {
+                std::set<std::int32_t> ids;
+                for (auto cur = implicit.cursor(r); !cur.done(); cur.next()) ids.insert(cur.id());
+                csr.add_row(ids);
+              }).ok());
+      c.with_kv([&](auto kv) {
+        for_each_arch([&]<class Arch>() {
+          INFO("arch " << arch_name<Arch>());
+          exec::simd<Arch> e;
+          e.decode_chunk_keys = options.decode_chunk_keys;
+          output<float> fused(spec, c.tokens_q()), per_head(spec, c.tokens_q());
+          attention_args<half, decltype(kv), std::remove_cvref_t<decltype(implicit)>, float> a{
+              .prob = p, .q = c.q_view(), .kv = kv, .index = implicit, .o = fused.view, .lse = fused.lse};
+          REQUIRE(run_simd(e, a, 1).ok());
+          attention_args<half, decltype(kv), index::block_csr, float> b{
+              .prob = p, .q = c.q_view(), .kv = kv, .index = csr.view(), .o = per_head.view, .lse = per_head.lse};
+          REQUIRE(run_simd(e, b, 1).ok());
+          CHECK(same_bytes(fused.o, per_head.o));
+          CHECK(same_bytes(fused.lse, per_head.lse));
+          // An engine's pool: items in reverse order, on two slots (the empty items included).
+          output<float> items(spec, c.tokens_q());
+          a.o = items.view;
+          a.lse = items.lse;
+          aligned_workspace ws(e.workspace_bytes(p, 2));
+          REQUIRE(e.prepare(a, ws.bytes, 2).ok());
+          for (std::int64_t k = e.item_count(p) - 1; k >= 0; --k) {
+            REQUIRE(e.run_items(a, ws.bytes, k, k + 1, static_cast<std::int32_t>(k % 2)).ok());
+          }
+          CHECK(same_bytes(fused.o, items.o));
+          CHECK(same_bytes(fused.lse, items.lse));
+        });
+      });
+    };
+    check_fused(index::causal_all{}, "causal_all");
+    check_fused(index::sliding_window{uniform(rng, 1, 5)}, "sliding_window");
+    check_fused(index::make_union(index::sink{1}, index::sliding_window{2}), "sink 1 + sliding_window 2");
   }
 }
 

@@ -18,6 +18,18 @@
 //   workspace; the item that finishes a unit's last chunk merges the partials by LSE in chunk order
 //   and writes O. The split depends on the problem only (never on threads), so O and LSE are
 //   bit-identical for any thread count and any assignment of items to threads.
+//   Memory, not arithmetic, bounds decode, so two rules decide its speed (bench/executors.cpp,
+//   docs/performance.md):
+//   - Fused kv heads. With a head-invariant index (index::head_invariant_v: causal_all, sink,
+//     sliding_window and unions of them) every kv head of a decode query block reads the same ids,
+//     and the items of index head 0 run each chunk for all kv heads, block by block (kv head 0's
+//     tile, then kv head 1's, ...): a token-major [tokens, heads_kv, head_dim] cache is then read
+//     whole, once, instead of every head's item pulling in lines of the others' halves. The
+//     other heads' items are empty; numbering, partials and workspace stay per head (problem-only).
+//     Per-head selections (block_table, block_csr, dense_block_mask) keep per-head items: there a
+//     head-major [heads_kv, tokens, head_dim] cache is the layout that reads whole lines.
+//   - Next-tile prefetch. Each decode tile asks for the next selected tile's K and V rows (of its
+//     kv head) while it computes, one row per key it passes, into L2.
 //
 // K/V: fp32, fp16, bf16 (widened in registers: F16C/AVX-512/NEON conversions where compiled, exact
 // bit arithmetic otherwise), and int8 with a scale per (block, kv head) (core/quantized.hpp): the
@@ -52,6 +64,7 @@
 #include "skim/exec/cpu/simd_kernels.hpp"
 #include "skim/exec/cpu/simd_ops.hpp"
 #include "skim/index/causal_all.hpp"
+#include "skim/index/head_invariant.hpp"
 
 namespace skim::exec {
 
@@ -126,10 +139,12 @@ struct simd {
     status result;
     for_each_unit(p, [&](const unit& u) {
       if (u.first_item >= last) return true;  // stop the walk
+      const bool fused = fuses_heads<Index>(p, u);
+      if (fused && u.row.head != 0) return false;  // index head 0's items run every head; these are empty
       for (std::int32_t c = 0; c < u.chunks; ++c) {
         const std::int64_t item = u.first_item + c * u.item_stride;
         if (item < first || item >= last) continue;
-        result = run_chunk(a, kv, t, sh, u, c);
+        result = fused ? run_fused_chunk(a, kv, t, sh, u, c) : run_chunk(a, kv, t, sh, u, c);
         if (!result.ok()) return true;
       }
       return false;
@@ -199,8 +214,30 @@ struct simd {
     return p.scope == index_scope::kv_head ? p.group_size() : 1;
   }
 
-  [[nodiscard]] static std::int32_t max_unit_rows(const problem& p) noexcept {
-    return heads_per_unit(p) * p.block_q;
+  // Rows of one kv group in a fused unit: padded to whole blocks of mr rows, so that no block of
+  // the tile kernels mixes two groups (each group reads its own kv head).
+  [[nodiscard]] static std::int32_t group_rows(const problem& p, std::int32_t queries) noexcept {
+    const std::int32_t r = p.group_size() * queries;
+    return (r + kernels::mr - 1) / kernels::mr * kernels::mr;
+  }
+
+  // A unit's rows in the tiles: heads × queries, or heads_kv groups of group_rows for a fused unit.
+  [[nodiscard]] std::int32_t max_unit_rows(const problem& p) const noexcept {
+    const std::int32_t per_head = heads_per_unit(p) * p.block_q;
+    std::int32_t q = p.block_q < decode_max_queries ? p.block_q : decode_max_queries;
+    q = q < 0 ? 0 : q;
+    const std::int32_t fused = p.heads_kv * group_rows(p, q);
+    return per_head > fused ? per_head : fused;
+  }
+
+  // Whether the decode unit u runs fused: every index head of its query block reads the same ids
+  // (a head-invariant index), so one item runs the block's tiles for every kv head, each block id
+  // for kv head 0, 1, ... in turn: the rows of a token-major cache are then read whole, once. Per
+  // kv head, half of each line pair the hardware fetches (its prefetchers take neighbouring lines)
+  // would belong to the other head and be fetched again by its item.
+  template <class Index>
+  [[nodiscard]] static bool fuses_heads(const problem& p, const unit& u) noexcept {
+    return index::head_invariant_v<Index> && u.decode && p.index_heads() > 1;
   }
 
   // Calls f(unit) for every unit in order until f returns true.
@@ -268,6 +305,44 @@ struct simd {
     return s;
   }
 
+  // Calls f(id) for each selected id of chunk `chunk` of unit u; every id of the row up to the
+  // chunk's end is checked against the row (ascending, visible), so a bad index costs a status.
+  template <class Index, class F>
+  [[nodiscard]] status for_each_id(const Index& index, const problem& p, const unit& u, std::int32_t chunk,
+                                   F&& f) const noexcept {
+    const std::int64_t cb = chunk_blocks(p);
+    const std::int64_t pos_first = u.chunks > 1 ? chunk * cb : 0;
+    const std::int64_t pos_last = u.chunks > 1 ? pos_first + cb : INT64_MAX;
+    std::int64_t pos = 0;
+    std::int32_t prev = -1;
+    for (auto c = index.cursor(u.row); !c.done() && pos < pos_last; c.next(), ++pos) {
+      const std::int32_t id = static_cast<std::int32_t>(c.id());
+      SKIM_TRY(check_block_id(u.row, id, prev));
+      prev = id;
+      if (pos >= pos_first) f(id);
+    }
+    return status::success();
+  }
+
+  // Copies rows [0, rows) of t (state and U) to the shared partials from row `base` on.
+  static void publish(const problem& p, const typename kernels::tiles& t, const shared_area& sh, std::int64_t base,
+                      std::int32_t rows) noexcept {
+    const std::size_t ds = kernels::dim_stride(p);
+    for (std::int32_t r = 0; r < rows; ++r) {
+      sh.states[static_cast<std::size_t>(base + r)] = t.state[static_cast<std::size_t>(r)];
+      kernels::copy(t.u.data() + static_cast<std::size_t>(r) * ds, sh.u.data() + static_cast<std::size_t>(base + r) * ds,
+                    p.head_dim);
+    }
+  }
+
+  // Counts a finished chunk of split unit u; true for the last one (which then merges).
+  [[nodiscard]] static bool last_to_finish(const shared_area& sh, const unit& u) noexcept {
+    std::atomic_ref<std::int32_t> done(sh.counters[static_cast<std::size_t>(u.split_index)]);
+    if (done.fetch_add(1, std::memory_order_acq_rel) + 1 != u.chunks) return false;
+    done.store(0, std::memory_order_relaxed);  // ready for the next run without prepare()
+    return true;
+  }
+
   // Item `chunk` of unit u.
   template <class Args, class KV>
   [[nodiscard]] status run_chunk(const Args& a, const KV& kv, const typename kernels::tiles& t, const shared_area& sh,
@@ -277,38 +352,87 @@ struct simd {
     const std::int64_t q_first = static_cast<std::int64_t>(p.cu_seqlens_q[u.row.seq]) + u.row.q_begin;
     const std::int32_t kv_head = u.first_head / p.group_size();
     kernels::load_q(a.q, t, p, q_first, u.first_head, u.heads, queries);
-
-    const std::int32_t cb = chunk_blocks(p);
-    const std::int64_t pos_first = u.chunks > 1 ? static_cast<std::int64_t>(chunk) * cb : 0;
-    const std::int64_t pos_last = u.chunks > 1 ? pos_first + cb : INT64_MAX;
-    std::int64_t pos = 0;
-    std::int32_t prev = -1;
-    for (auto c = a.index.cursor(u.row); !c.done() && pos < pos_last; c.next(), ++pos) {
-      const std::int32_t id = static_cast<std::int32_t>(c.id());
-      SKIM_TRY(check_block_id(u.row, id, prev));
-      prev = id;
-      if (pos < pos_first) continue;
-      kernels::tile(kv, t, p, u.row, kv_head, id, u.rows, queries, u.decode);
-    }
+    // Decode runs a tile behind the cursor, so that each tile knows the next one (to prefetch it).
+    std::int32_t pending = -1;
+    SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) {
+      if (!u.decode) {
+        kernels::tile(kv, t, p, u.row, kv_head, id, u.rows, queries, false);
+        return;
+      }
+      if (pending >= 0) kernels::tile(kv, t, p, u.row, kv_head, pending, u.rows, queries, true, id);
+      pending = id;
+    }));
+    if (pending >= 0) kernels::tile(kv, t, p, u.row, kv_head, pending, u.rows, queries, true);
 
     if (u.chunks == 1) {
       kernels::finish(a.o, a.lse, t, p, q_first, u.first_head, u.heads, queries);
       return status::success();
     }
     // A split unit: publish this chunk's partial, and merge if it was the last one to finish.
+    publish(p, t, sh, u.partial_first + static_cast<std::int64_t>(chunk) * u.rows, u.rows);
+    if (!last_to_finish(sh, u)) return status::success();
     const std::size_t ds = kernels::dim_stride(p);
-    const std::int64_t base = u.partial_first + static_cast<std::int64_t>(chunk) * u.rows;
-    for (std::int32_t r = 0; r < u.rows; ++r) {
-      sh.states[static_cast<std::size_t>(base + r)] = t.state[static_cast<std::size_t>(r)];
-      kernels::copy(t.u.data() + static_cast<std::size_t>(r) * ds,
-                    sh.u.data() + static_cast<std::size_t>(base + r) * ds, p.head_dim);
-    }
-    std::atomic_ref<std::int32_t> done(sh.counters[static_cast<std::size_t>(u.split_index)]);
-    if (done.fetch_add(1, std::memory_order_acq_rel) + 1 != u.chunks) return status::success();
-    done.store(0, std::memory_order_relaxed);  // ready for the next run without prepare()
     kernels::merge_partials(sh.states.data() + u.partial_first, sh.u.data() + static_cast<std::size_t>(u.partial_first) * ds,
                             u.chunks, u.rows, t, p);
     kernels::finish(a.o, a.lse, t, p, q_first, u.first_head, u.heads, queries);
+    return status::success();
+  }
+
+  // Item `chunk` of a fused query block: u is its index head 0's unit, whose items (and those of
+  // the block's other index heads, left empty) keep the per-head numbering and partials layout.
+  // Kv group g keeps rows [g · group_rows, g · group_rows + group · queries) of the tiles; index
+  // head ih's rows are a contiguous part of its group's (all of them with one index per kv head).
+  template <class Args, class KV>
+  [[nodiscard]] status run_fused_chunk(const Args& a, const KV& kv, const typename kernels::tiles& t,
+                                       const shared_area& sh, const unit& u, std::int32_t chunk) const noexcept {
+    const problem& p = a.prob;
+    const std::int32_t queries = u.row.q_end - u.row.q_begin;
+    const std::int64_t q_first = static_cast<std::int64_t>(p.cu_seqlens_q[u.row.seq]) + u.row.q_begin;
+    const std::int32_t group = p.group_size();
+    const std::int32_t gr = group_rows(p, queries);
+    for (std::int32_t g = 0; g < p.heads_kv; ++g) {
+      kernels::load_q(a.q, t.rows_from(g * gr), p, q_first, g * group, group, queries);
+    }
+    // Block by block, kv head 0, 1, ... in turn (one tile behind the cursor, as in run_chunk).
+    std::int32_t pending = -1;
+    const auto run_block = [&](std::int32_t id, std::int32_t next) {
+      for (std::int32_t g = 0; g < p.heads_kv; ++g) {
+        kernels::tile(kv, t.rows_from(g * gr), p, u.row, g, id, group * queries, queries, true, next);
+      }
+    };
+    SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) {
+      if (pending >= 0) run_block(pending, id);
+      pending = id;
+    }));
+    if (pending >= 0) run_block(pending, -1);
+
+    const auto finish_all = [&] {
+      for (std::int32_t g = 0; g < p.heads_kv; ++g) {
+        kernels::finish(a.o, a.lse, t.rows_from(g * gr), p, q_first, g * group, group, queries);
+      }
+    };
+    if (u.chunks == 1) {
+      finish_all();
+      return status::success();
+    }
+    // Index head ih (heads [ih · u.heads, ...)) publishes into its own unit's partials.
+    const auto rows_of = [&](std::int32_t ih) {
+      const std::int32_t h = ih * u.heads;
+      return (h / group) * gr + (h % group) * queries;
+    };
+    const auto partials_of = [&](std::int32_t ih) {
+      return u.partial_first + static_cast<std::int64_t>(ih) * u.chunks * u.rows;
+    };
+    for (std::int32_t ih = 0; ih < p.index_heads(); ++ih) {
+      publish(p, t.rows_from(rows_of(ih)), sh, partials_of(ih) + static_cast<std::int64_t>(chunk) * u.rows, u.rows);
+    }
+    if (!last_to_finish(sh, u)) return status::success();
+    const std::size_t ds = kernels::dim_stride(p);
+    for (std::int32_t ih = 0; ih < p.index_heads(); ++ih) {
+      kernels::merge_partials(sh.states.data() + partials_of(ih), sh.u.data() + static_cast<std::size_t>(partials_of(ih)) * ds,
+                              u.chunks, u.rows, t.rows_from(rows_of(ih)), p);
+    }
+    finish_all();
     return status::success();
   }
 };

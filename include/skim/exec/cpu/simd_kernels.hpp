@@ -60,6 +60,8 @@ struct kernels {
     std::span<float> kt;     // [head_dim, ks]  Kᵀ (prefill)
     std::span<const void*> kp;  // [ks]  K rows of the tile in the source (decode)
     std::span<const void*> vp;  // [ks]  V rows of the tile in the source (decode)
+    std::span<const void*> kn;  // [ks]  K rows of the next tile (decode: prefetched while this one runs)
+    std::span<const void*> vn;  // [ks]  V rows of the next tile
     std::span<float> v;      // [block_kv, ds]  V rows
     std::span<float> s;      // [mr, ks]        scores, then probabilities, of one row block
     std::span<float> u;      // [rows_pad, ds]  unnormalised output
@@ -77,6 +79,8 @@ struct kernels {
       t.kt = arena.take<float>(static_cast<std::size_t>(p.head_dim) * t.ks);
       t.kp = arena.take<const void*>(t.ks);
       t.vp = arena.take<const void*>(t.ks);
+      t.kn = arena.take<const void*>(t.ks);
+      t.vn = arena.take<const void*>(t.ks);
       t.v = arena.take<float>(static_cast<std::size_t>(p.block_kv) * t.ds);
       t.s = arena.take<float>(static_cast<std::size_t>(mr) * t.ks);
       t.u = arena.take<float>(rows_pad * t.ds);
@@ -84,6 +88,18 @@ struct kernels {
       t.keys = arena.take<std::int32_t>(static_cast<std::size_t>(p.block_q));
       t.k_scale = arena.take<float>(t.ks);
       t.v_scale = arena.take<float>(t.ks);
+      return t;
+    }
+
+    // The same scratch with the row-indexed spans (q, u, state) starting at row r0: where one of
+    // several kv groups of a unit keeps its rows. tile() wants r0 % mr == 0 (no block of mr rows
+    // spans two groups); load_q, merge_partials and finish take any r0.
+    [[nodiscard]] tiles rows_from(std::int32_t r0) const noexcept {
+      tiles t = *this;
+      const std::size_t r = static_cast<std::size_t>(r0);
+      t.q = q.subspan(r * ds);
+      t.u = u.subspan(r * ds);
+      t.state = state.subspan(r);
       return t;
     }
   };
@@ -137,16 +153,27 @@ struct kernels {
       for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(s + static_cast<std::size_t>(r) * ks + j0 + n * w);
   }
 
+  // Asks for the cache lines of bytes [0, n) at p, into L2 (a hint: never faults). Into L2, not
+  // L1: a tile ahead is 16-64 KiB per kv head, as much as L1 holds (L1 hints measured no faster).
+  SKIM_FORCEINLINE static void prefetch_row(const void* p, std::size_t n) noexcept {
+    const char* c = static_cast<const char*>(p);
+    for (std::size_t b = 0; b < n; b += 64) __builtin_prefetch(c + b, 0, 2);
+  }
+
   // S[0..mr)[0, keys) by dot products with K rows read from the source (converted in registers):
   // mr rows × decode_keys keys per sum_rows. kp[j] for j in [keys, keys rounded up to decode_keys)
   // must be readable rows too (their scores are ignored).
+  // Also asks for the rows kn[j] of the next tile, j < next_keys, as it passes key j (see tile()).
   template <stored_element T>
   static void scores_rows(const float* SKIM_RESTRICT q, const void* const* kp, std::size_t ds, std::size_t ks,
-                          std::int32_t d, float* SKIM_RESTRICT s, std::int32_t keys) noexcept {
+                          std::int32_t d, float* SKIM_RESTRICT s, std::int32_t keys, const void* const* kn,
+                          std::int32_t next_keys) noexcept {
     constexpr int kg = decode_keys;
+    const std::size_t row_bytes = static_cast<std::size_t>(d) * sizeof(T);
     for (std::int32_t j = 0; j < keys; j += kg) {
       const T* k[kg];
       for (int i = 0; i < kg; ++i) k[i] = static_cast<const T*>(kp[j + i]);
+      for (int i = 0; i < kg && j + i < next_keys; ++i) prefetch_row(kn[j + i], row_bytes);
       batch acc[w];
       for (int i = 0; i < w; ++i) acc[i] = batch(0.0f);
       const auto step = [&](std::int32_t e, auto load)  {
@@ -165,21 +192,27 @@ struct kernels {
       for (int r = 0; r < mr; ++r)
         for (int i = 0; i < kg; ++i) s[static_cast<std::size_t>(r) * ks + j + i] = sums[r * kg + i];
     }
+    // A next tile longer than this one (a partial tile before a full one): the rest of its rows.
+    for (std::int32_t j = (keys + kg - 1) / kg * kg; j < next_keys; ++j) prefetch_row(kn[j], row_bytes);
   }
 
   // accumulate() with V rows read from the source: U[0..mr)[e0, e0 + NV·w) = α·U + P·V[vp[j]].
   // Partial: the block's last register covers only d - (e0 + (NV-1)·w) columns (read no further).
   // Ragged: rows see different key counts n_rows[r] (a partial tile); a row then takes no term of
   // the keys it does not see, not even 0·v (an inf or NaN in a masked V row must not reach it).
+  // Also asks for the rows vn[j] of the next tile, j < next_keys, as it passes key j.
   template <int NV, bool Partial, bool Ragged, stored_element T>
   SKIM_FORCEINLINE static void accumulate_rows(const float* SKIM_RESTRICT pr, const void* const* vp, std::size_t ds,
                                                std::size_t ks, std::int32_t keys, const std::int32_t* n_rows,
                                                const float* alpha, float* SKIM_RESTRICT u, std::int32_t e0,
-                                               std::int32_t d) noexcept {
+                                               std::int32_t d, const void* const* vn, std::int32_t next_keys) noexcept {
     batch acc[mr][NV];
     for (int r = 0; r < mr; ++r)
       for (int n = 0; n < NV; ++n) acc[r][n] = batch(0.0f);
+    const std::size_t row_bytes = static_cast<std::size_t>(d) * sizeof(T);
+    for (std::int32_t j = keys; j < next_keys; ++j) prefetch_row(vn[j], row_bytes);
     for (std::int32_t j = 0; j < keys; ++j) {
+      if (j < next_keys) prefetch_row(vn[j], row_bytes);
       const T* vj = static_cast<const T*>(vp[j]) + e0;
       batch vv[NV];
       for (int n = 0; n < NV; ++n) {
@@ -266,9 +299,14 @@ struct kernels {
 
   // Converts the tile's K (transposed for prefill, rows for decode) and V to float, then runs
   // every block of mr rows of the unit through S, softmax and P·V.
+  // Decode also asks for the K and V rows (of kv_head) of block next_id (-1: none), the tile the
+  // unit runs next: row j of it as the first block of rows passes key j, so the requests are
+  // spread over the tile's work and arrive a tile ahead. Without them the hardware prefetchers
+  // restart at every tile (selected blocks are apart, rows of one head are strided).
   template <class KV>
   static void tile(const KV& kv, const tiles& t, const problem& p, const row_info& row, std::int32_t kv_head,
-                   std::int32_t id, std::int32_t rows, std::int32_t queries, bool decode) noexcept {
+                   std::int32_t id, std::int32_t rows, std::int32_t queries, bool decode,
+                   std::int32_t next_id = -1) noexcept {
     const std::int32_t d = p.head_dim;
     const std::int32_t dp = dim_pad(p);
     const std::int32_t k0 = id * p.block_kv;
@@ -288,6 +326,7 @@ struct kernels {
       if constexpr (quantized) return scales[static_cast<std::size_t>(j)];
       else return 1.0f;
     };
+    std::int32_t next_keys = 0;  // rows of the next tile to prefetch (decode)
     if (decode) {
       // Few rows: read K and V where they are, converting in registers (each row is used once).
       for (std::int32_t j = 0; j < tile_keys; ++j) {
@@ -295,6 +334,14 @@ struct kernels {
         t.vp[static_cast<std::size_t>(j)] = kv.v_row(row.seq, k0 + j, kv_head);
       }
       for (std::int32_t j = tile_keys; j % decode_keys != 0; ++j) t.kp[static_cast<std::size_t>(j)] = t.kp[0];
+      if (next_id >= 0) {
+        const std::int32_t n0 = next_id * p.block_kv;
+        next_keys = row.kv_len - n0 < p.block_kv ? row.kv_len - n0 : p.block_kv;
+        for (std::int32_t j = 0; j < next_keys; ++j) {
+          t.kn[static_cast<std::size_t>(j)] = kv.k_row(row.seq, n0 + j, kv_head);
+          t.vn[static_cast<std::size_t>(j)] = kv.v_row(row.seq, n0 + j, kv_head);
+        }
+      }
     } else {
       // Many rows: convert once per tile, K transposed so the score kernel needs no reduction.
       for (std::int32_t j = 0; j < tile_keys; ++j) {
@@ -334,7 +381,7 @@ struct kernels {
       const float* q = t.q.data() + static_cast<std::size_t>(r0) * t.ds;
       float* s = t.s.data();
       if (decode) {
-        scores_rows<T>(q, t.kp.data(), t.ds, t.ks, d, s, n_max);
+        scores_rows<T>(q, t.kp.data(), t.ds, t.ks, d, s, n_max, t.kn.data(), r0 == 0 ? next_keys : 0);
         if constexpr (quantized) {  // S = scale_j · (q · k_j)
           for (int r = 0; r < mr; ++r)
             for (std::int32_t j = 0; j < n_pad; j += w) {
@@ -364,11 +411,15 @@ struct kernels {
       for (int r = 0; r < mr; ++r) ragged = ragged || n[r] != n_max;
       const auto pv = [&]<bool Ragged>() {
         if (decode) {
+          // The next tile's V rows: once, in the first pass over the keys of the first block of rows.
+          const std::int32_t vn_keys = r0 == 0 ? next_keys : 0;
           over_vectors(d / w, [&]<int NV>(std::int32_t e0) {
-            accumulate_rows<NV, false, Ragged, T>(s, t.vp.data(), t.ds, t.ks, n_max, n, alpha, u, e0, d);
+            accumulate_rows<NV, false, Ragged, T>(s, t.vp.data(), t.ds, t.ks, n_max, n, alpha, u, e0, d, t.vn.data(),
+                                                  e0 == 0 ? vn_keys : 0);
           });
           if (d % w != 0) {
-            accumulate_rows<1, true, Ragged, T>(s, t.vp.data(), t.ds, t.ks, n_max, n, alpha, u, d / w * w, d);
+            accumulate_rows<1, true, Ragged, T>(s, t.vp.data(), t.ds, t.ks, n_max, n, alpha, u, d / w * w, d,
+                                                t.vn.data(), d < w ? vn_keys : 0);
           }
         } else {
           over_vectors(dp / w, [&]<int NV>(std::int32_t e0) {
