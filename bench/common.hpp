@@ -13,7 +13,9 @@
 //                                 (no OpenMP), so "2 threads" means the same thing for every row
 //  - eigen_gemm                   Eigen's plain GEMM [M, d]·[d, N] split by output rows: the compute ceiling
 //  - stream_read                  a plain 64-bit integer sum over a buffer, split in halves: the
-//                                 bandwidth ceiling for reading the same bytes
+//                                 bandwidth ceiling for reading the same bytes (rotated over copies
+//                                 of the buffer, like the inputs, when they would fit in L3:
+//                                 rotation_copies)
 //
 // Nothing here is part of skim's API.
 
@@ -319,6 +321,9 @@ concept has_work_items = requires(const Exec& e, const Args& a, std::span<std::b
 //  - threads = 1: the whole problem in one run() call.
 // make_index(problem, slice) gives the index of a (sub-)problem: a block_table needs its own rows.
 enum class thread_split : std::uint8_t { automatic, kv_heads };
+// K/V layout of the job's views over the same buffers: token-major [tokens, heads_kv, dim] (NHD, the
+// default) or head-major [heads_kv, tokens, dim] (HND).
+enum class kv_layout : std::uint8_t { token_major, head_major };
 
 template <class Exec, class T, class Index>
 class executor_job {
@@ -328,14 +333,19 @@ class executor_job {
 
   template <class MakeIndex>
   executor_job(const Exec& exec, const skim::problem& p, const float* q, const T* k, const T* v, float* o, int threads,
-               MakeIndex&& make_index, thread_split split = thread_split::automatic)
+               MakeIndex&& make_index, thread_split split = thread_split::automatic,
+               kv_layout layout = kv_layout::token_major)
       : exec_(exec), threads_(threads), items_(has_items && split == thread_split::automatic) {
     const std::int32_t slices = threads <= 1 || items_ ? 1 : p.heads_kv;
     const std::int32_t nq = p.tokens_q(), nkv = p.tokens_kv();
     const auto qv = skim::strided_view<const float>::token_major(q, nq, p.heads_q, p.head_dim);
     const auto ov = skim::strided_view<float>::token_major(o, nq, p.heads_q, p.head_dim);
-    const auto kv = skim::strided_view<const T>::token_major(k, nkv, p.heads_kv, p.head_dim);
-    const auto vv = skim::strided_view<const T>::token_major(v, nkv, p.heads_kv, p.head_dim);
+    const auto kv_view = [&](const T* x) {
+      return layout == kv_layout::head_major ? skim::strided_view<const T>::head_major(x, nkv, p.heads_kv, p.head_dim)
+                                             : skim::strided_view<const T>::token_major(x, nkv, p.heads_kv, p.head_dim);
+    };
+    const auto kv = kv_view(k);
+    const auto vv = kv_view(v);
     for (std::int32_t s = 0; s < slices; ++s) {
       const skim::problem sp = slices == 1 ? p : slice_problem(p);
       const std::int32_t g = slices == 1 ? 0 : s;
@@ -488,29 +498,43 @@ class eigen_gemm {
 };
 
 // Streaming read: the sum of a buffer's 64-bit words, halves on different threads. Integer adds
-// vectorise without -ffast-math, so the loop runs at the memory's pace.
+// vectorise without -ffast-math, so the loop runs at the memory's pace. With copies > 1 the buffer
+// holds that many segments of `bytes` and each run reads the next one (rotation: see rotation_copies).
 class stream_read {
  public:
-  explicit stream_read(std::size_t bytes) : words_(bytes / sizeof(std::uint64_t)) {
+  explicit stream_read(std::size_t bytes, std::int32_t copies = 1)
+      : words_(bytes / sizeof(std::uint64_t) * std::size_t(std::max(copies, 1))), copies_(std::max(copies, 1)) {
     for (std::size_t i = 0; i < words_.size(); ++i) words_[i] = i * 0x9e3779b97f4a7c15ull;
   }
   std::uint64_t run(int threads) {
     std::uint64_t part[2] = {0, 0};
-    const std::size_t n = words_.size();
+    const std::size_t n = words_.size() / std::size_t(copies_);
+    const std::uint64_t* w = words_.data() + n * std::size_t(next_);
+    next_ = (next_ + 1) % copies_;
     pool::instance().run(threads, [&](int t) {
       const std::size_t first = n * std::size_t(t) / std::size_t(threads), last = n * std::size_t(t + 1) / std::size_t(threads);
       std::uint64_t s = 0;
-      const std::uint64_t* w = words_.data();
       for (std::size_t i = first; i < last; ++i) s += w[i];
       part[t] = s;
     });
     return part[0] + part[1];
   }
-  [[nodiscard]] double bytes() const noexcept { return double(words_.size() * sizeof(std::uint64_t)); }
+  // Bytes one run reads.
+  [[nodiscard]] double bytes() const noexcept { return double(words_.size() / std::size_t(copies_) * sizeof(std::uint64_t)); }
 
  private:
   std::vector<std::uint64_t> words_;
+  std::int32_t copies_ = 1;
+  std::int32_t next_ = 0;
 };
+
+// Inputs smaller than this are rotated: a bench keeps this many copies of them and each iteration
+// reads the next one, so that together they overflow the last-level cache (32 MiB here) and a row
+// measures memory, not cache. 96 MiB = 3x that L3.
+constexpr double rotation_bytes = 96.0 * 1024 * 1024;
+[[nodiscard]] inline std::int32_t rotation_copies(double bytes) noexcept {
+  return bytes >= rotation_bytes ? 1 : static_cast<std::int32_t>(std::ceil(rotation_bytes / bytes));
+}
 
 // ---------------------------------------------------------------------------------------------
 // Rate counters (BENCH.md: every row shows a rate). kIsRate divides by the row's time; with

@@ -7,7 +7,9 @@
 // Decode (one query, N keys) is bandwidth-bound: every selected K and V row is read once (the
 // group's query heads share it), 2 · selected keys · heads_kv · head_dim · sizeof(dtype) bytes
 // against ~4 · N · heads_q · head_dim flops; the ceiling is a streaming read of the same bytes (the
-// stream peer), and a good kernel reaches ≥ 70% of it.
+// stream peer), and a good kernel reaches ≥ 70% of it. Both read memory, not the 32 MiB L3: inputs
+// under 96 MiB rotate over copies (rotation_copies in common.hpp), and sel:1/8 rotates over the 8
+// disjoint choices of every 8th block (offsets 0..7), so one pass over the rotation reads 96 MiB or more.
 //
 // Rows (names are key:value fields split by '/'; bench/plot.py reads them):
 //   prefill/exec:E/threads:T/dim:D/bk:B/kv:DT/N:4096          GFLOP/s on visible pairs (counter flops)
@@ -15,11 +17,16 @@
 //   prefill/peer:eigen_attention/threads:T/dim:D/kv:fp32/N:4096   the same visible-pair flops
 //   gemm/peer:eigen/threads:2/dim:D/M:4096                    2·M·M·D flops of [M, D]·[D, M]
 //   decode/peer:stream/threads:2/dim:D/kv:DT/N:N               the bytes of all K+V at that dtype
+//   decode_hnd/exec:E/threads:2/dim:128/bk:B/kv:DT/sel:1/8/N:131072   sel:1/8 with head-major K/V
+//                                                              [heads_kv, tokens, dim] (the layout in which
+//                                                              per-head selections read whole cache lines)
 // E is scalar (the portable executor; it has no threads of its own, so threads:1) and simd_avx2 /
 // simd_avx512f where include/skim/exec/cpu/simd.hpp exists and this binary is built for the arch.
 // threads:2 runs one kv head per thread (8 query heads, 2 kv heads: two GQA groups of 4), each on
 // its own sub-problem and workspace — the same split for skim and for the Eigen peer.
-// sel:all reads every block; sel:1/8 reads every 8th block (a block_table), the gather skim exists for.
+// sel:all reads every block (index::causal_all: head-invariant, so exec::simd reads each token row
+// of K/V once for both kv heads); sel:1/8 reads every 8th block through a block_table (one row per
+// kv head: a data-driven selection, read per kv head), the gather skim exists for.
 // Q and O are fp32; kv:DT is the K/V storage type (converted to fp32 in registers).
 
 #include <benchmark/benchmark.h>
@@ -59,10 +66,12 @@ struct tensors {
   std::vector<std::byte> k, v;  // K, V in the row's dtype
 };
 
+// K and V hold `copies` consecutive copies of [n_kv, heads_kv, dim] (rotation, see decode()).
 template <class T>
-tensors& data(std::int32_t n_q, std::int32_t n_kv, std::int32_t dim) {
+tensors& data(std::int32_t n_q, std::int32_t n_kv, std::int32_t dim, std::int32_t copies = 1) {
   static std::map<std::string, tensors> cache;
-  const std::string key = std::to_string(n_q) + "/" + std::to_string(n_kv) + "/" + std::to_string(dim) + "/" + dtype_name<T>();
+  const std::string key = std::to_string(n_q) + "/" + std::to_string(n_kv) + "/" + std::to_string(dim) + "/" +
+                          dtype_name<T>() + "/" + std::to_string(copies);
   auto [it, added] = cache.try_emplace(key);
   tensors& t = it->second;
   if (!added) return t;
@@ -70,8 +79,9 @@ tensors& data(std::int32_t n_q, std::int32_t n_kv, std::int32_t dim) {
   t.o.assign(t.q.size(), 0.0f);
   for (auto [dst, seed] : {std::pair{&t.k, 2u}, std::pair{&t.v, 3u}}) {
     const std::vector<T> x = convert<T>(random_tensor(std::size_t(n_kv) * heads_kv * dim, seed));
-    dst->resize(x.size() * sizeof(T));
-    std::memcpy(dst->data(), x.data(), dst->size());
+    const std::size_t copy_bytes = x.size() * sizeof(T);
+    dst->resize(copy_bytes * std::size_t(copies));
+    for (std::int32_t c = 0; c < copies; ++c) std::memcpy(dst->data() + copy_bytes * std::size_t(c), x.data(), copy_bytes);
   }
   return t;
 }
@@ -103,21 +113,23 @@ void prefill(benchmark::State& state, int threads, std::int32_t dim, std::int32_
 }
 
 // Decode (one query) over N keys: every block (sel = 1) or every sel-th block, GB/s on selected K+V bytes.
+// Iterations rotate over jobs that read disjoint bytes: copies of K/V (when K+V < rotation_bytes)
+// and, for sel > 1, the sel choices of every sel-th block (offset o: blocks o, o + sel, ...).
 template <class Exec, class T>
-void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t bk, std::int32_t n, std::int32_t sel) {
-  tensors& d = data<T>(1, n, dim);
+void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t bk, std::int32_t n, std::int32_t sel,
+            kv_layout layout = kv_layout::token_major) {
+  const std::int32_t copies = rotation_copies(2.0 * n * heads_kv * dim * sizeof(T));
+  tensors& d = data<T>(1, n, dim, copies);
+  const std::size_t copy_elements = std::size_t(n) * heads_kv * dim;
   const std::int32_t cu_q[2] = {0, 1}, cu_kv[2] = {0, n};
   const skim::problem p{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_q = block_q, .block_kv = bk,
                         .mask = skim::mask_kind::causal, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
   const std::int32_t blocks = p.kv_blocks(0);
-  const std::int32_t chosen = (blocks + sel - 1) / sel;
-  std::vector<std::int32_t> ids, count;  // every sel-th block, for each index row of each slice
-  double bytes = 0;
-  if (sel == 1) {
-    executor_job<Exec, T, skim::index::causal_all> job(Exec{}, p, d.q.data(), as<T>(d.k), as<T>(d.v), d.o.data(),
-                                                       threads, [](const skim::problem&, int) { return skim::index::causal_all{}; });
+  const auto run_all = [&](auto& jobs) {
+    std::size_t next = 0;
     for (auto _ : state) {
-      const skim::status s = job.run();
+      const skim::status s = jobs[next]->run();
+      next = (next + 1) % jobs.size();
       if (!s.ok()) {
         state.SkipWithError(s.message());
         return;
@@ -125,34 +137,48 @@ void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t
       benchmark::DoNotOptimize(d.o.data());
       benchmark::ClobberMemory();
     }
-    bytes = 2.0 * n * heads_kv * dim * sizeof(T);
-  } else {
-    ids.resize(std::size_t(heads_kv) * std::size_t(chosen));
-    count.assign(std::size_t(heads_kv), chosen);
-    for (std::int32_t r = 0; r < heads_kv; ++r) {
-      for (std::int32_t c = 0; c < chosen; ++c) ids[std::size_t(r * chosen + c)] = c * sel;
+  };
+  if (sel == 1) {
+    using job = executor_job<Exec, T, skim::index::causal_all>;
+    std::vector<std::unique_ptr<job>> jobs;
+    for (std::int32_t c = 0; c < copies; ++c) {
+      jobs.push_back(std::make_unique<job>(Exec{}, p, d.q.data(), as<T>(d.k) + copy_elements * c,
+                                           as<T>(d.v) + copy_elements * c, d.o.data(), threads,
+                                           [](const skim::problem&, int) { return skim::index::causal_all{}; },
+                                           thread_split::automatic, layout));
     }
-    const auto make_index = [&](const skim::problem& sp, int slice) {
+    run_all(jobs);
+    set_rate(state, "bytes", 2.0 * n * heads_kv * dim * sizeof(T));
+    return;
+  }
+  // Every sel-th block from offset o, the same for each index row (of each slice).
+  std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(sel)), count(static_cast<std::size_t>(sel));
+  using job = executor_job<Exec, T, skim::index::block_table>;
+  std::vector<std::unique_ptr<job>> jobs;
+  double chosen_total = 0;
+  for (std::int32_t o = 0; o < sel; ++o) {
+    const std::int32_t chosen = (blocks - o + sel - 1) / sel;
+    chosen_total += chosen;
+    std::vector<std::int32_t>& oi = ids[std::size_t(o)];
+    count[std::size_t(o)].assign(std::size_t(heads_kv), chosen);
+    for (std::int32_t r = 0; r < heads_kv; ++r) {
+      for (std::int32_t c = 0; c < chosen; ++c) oi.push_back(o + c * sel);
+    }
+    const auto make_index = [&oi, &oc = count[std::size_t(o)], chosen](const skim::problem& sp, int slice) {
       // A whole-problem table has heads_kv rows; a slice's has one (its kv head's).
       const std::int32_t rows = std::int32_t(sp.index_rows());
-      return skim::index::block_table{.ids = std::span<const std::int32_t>(ids).subspan(std::size_t(slice * chosen), std::size_t(rows * chosen)),
-                                      .count = std::span<const std::int32_t>(count).subspan(std::size_t(slice), std::size_t(rows)),
+      return skim::index::block_table{.ids = std::span<const std::int32_t>(oi).subspan(std::size_t(slice * chosen), std::size_t(rows * chosen)),
+                                      .count = std::span<const std::int32_t>(oc).subspan(std::size_t(slice), std::size_t(rows)),
                                       .width = chosen};
     };
-    executor_job<Exec, T, skim::index::block_table> job(Exec{}, p, d.q.data(), as<T>(d.k), as<T>(d.v), d.o.data(),
-                                                        threads, make_index);
-    for (auto _ : state) {
-      const skim::status s = job.run();
-      if (!s.ok()) {
-        state.SkipWithError(s.message());
-        return;
-      }
-      benchmark::DoNotOptimize(d.o.data());
-      benchmark::ClobberMemory();
+    for (std::int32_t c = 0; c < copies; ++c) {
+      jobs.push_back(std::make_unique<job>(Exec{}, p, d.q.data(), as<T>(d.k) + copy_elements * c,
+                                           as<T>(d.v) + copy_elements * c, d.o.data(), threads, make_index,
+                                           thread_split::automatic, layout));
     }
-    bytes = 2.0 * double(chosen) * bk * heads_kv * dim * sizeof(T);
   }
-  set_rate(state, "bytes", bytes);
+  run_all(jobs);
+  set_rate(state, "bytes", 2.0 * (chosen_total / sel) * bk * heads_kv * dim * sizeof(T));
 }
 
 void eigen_attention_peer(benchmark::State& state, int threads, std::int32_t dim) {
@@ -176,7 +202,7 @@ void gemm_peer(benchmark::State& state, int threads, std::int32_t dim) {
 }
 
 void stream_peer(benchmark::State& state, int threads, double bytes) {
-  stream_read r(static_cast<std::size_t>(bytes));
+  stream_read r(static_cast<std::size_t>(bytes), rotation_copies(bytes));
   for (auto _ : state) benchmark::DoNotOptimize(r.run(threads));
   set_rate(state, "bytes", r.bytes());
 }
@@ -211,6 +237,11 @@ void register_decode(const std::string& name, int threads) {
                                   "/N:" + std::to_string(n);
           benchmark::RegisterBenchmark(row.c_str(), [=](benchmark::State& s) { decode<Exec, T>(s, threads, dim, bk, n, sel); })
               ->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+          if (sel != 1 && dim == 128 && threads > 1) {  // the per-head gather again, on head-major K/V
+            benchmark::RegisterBenchmark(("decode_hnd" + row.substr(6)).c_str(), [=](benchmark::State& s) {
+              decode<Exec, T>(s, threads, dim, bk, n, sel, kv_layout::head_major);
+            })->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+          }
         }
       }
     }
