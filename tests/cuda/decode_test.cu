@@ -2,8 +2,10 @@
 // sequence (decode and speculative rows, empty sequences), kv lengths not multiples of block_kv,
 // GQA groups 1/4/8, head_dim 64 and 128, block_kv 16..128, contiguous and paged K/V (page sizes unlike
 // block_kv), kv-head and query-head index scope, block_table and block_csr, bf16 and fp16 inputs,
-// 16-bit and fp32 outputs, several splits per row. Also: bit-identical reruns, every output written
-// (buffers start as NaN), the device error word for bad ids / order / counts / pages, host errors.
+// 16-bit and fp32 outputs, several splits per row (fixed and automatic chunk sizes; the merge by the
+// last split, with its (m, l) staged in shared memory or, for hundreds of splits, not). Also:
+// bit-identical reruns, every output written (buffers start as NaN), the device error word for bad
+// ids / order / counts / pages, host errors.
 //
 // Run only these: skim_cuda_tests -tc='decode*'   (the sanitizer runs the "decode small" cases)
 #include "cuda/support.cuh"
@@ -253,7 +255,7 @@ void random_decode_case(std::uint32_t seed) {
   const random_case<T, T> c(s, rng);
   const host_index hi = random_index(c.prob(), rng, 20);
   decode dec;
-  dec.chunk_blocks = pick(rng, {1, 2, 3, 8});
+  dec.chunk_blocks = pick(rng, {0, 1, 2, 3, 8});
   const bool csr = chance(rng, 0.5);
   const bool explicit_bound = chance(rng, 0.5);
   INFO("seed " << seed << ": " << s.describe() << ", chunk_blocks " << dec.chunk_blocks << (csr ? ", csr" : ", table")
@@ -308,7 +310,7 @@ TEST_CASE("decode small: fixed shapes, both sources and index forms") {
     tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
     const device_index di(hi);
     const sc::device_problem p = dc.prob(s);
-    for (const std::int32_t chunk : {1, 8}) {
+    for (const std::int32_t chunk : {0, 1, 8}) {
       decode dec;
       dec.chunk_blocks = chunk;
       INFO("d " << d << " chunk_blocks " << chunk);
@@ -324,6 +326,47 @@ TEST_CASE("decode small: fixed shapes, both sources and index forms") {
         check_against(s, g, ref, c.tokens_q());
       }
     }
+  }
+}
+
+// Long rows: every block of a 5280-key sequence selected for 64 rows (GQA 8 × 8 queries). chunk 1
+// gives 330 splits, more (m, l) pairs than the merge stages in shared memory; the automatic chunk
+// gives a few splits of many blocks; one sequence is shorter than the others' bound.
+TEST_CASE("decode many splits: merge of hundreds of partials, automatic chunk") {
+  std::mt19937 rng(2024);
+  case_spec s;
+  s.head_dim = 128;
+  s.heads_kv = 1;
+  s.heads_q = 8;
+  s.block_q = 8;
+  s.block_kv = 16;
+  s.seqs = {{8, 5280}, {3, 1000}};
+  const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
+  host_index hi;
+  REQUIRE(for_each_row(c.prob(), [&](const row_info& r) {
+            std::vector<std::int32_t> all(static_cast<std::size_t>(r.visible_blocks));
+            for (std::int32_t j = 0; j < r.visible_blocks; ++j) all[static_cast<std::size_t>(j)] = j;
+            hi.rows.push_back(all);
+          }).ok());
+  hi.finish(0);
+  REQUIRE(static_cast<std::int64_t>(hi.max_count()) * 64 > skim::exec::cuda::decode_detail::merge_staged_pairs);
+  output<float> ref(c.spec, c.tokens_q());
+  reference_output(c, hi, ref);
+  tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
+  const device_index di(hi);
+  const sc::device_problem p = dc.prob(s);
+  for (const std::int32_t chunk : {1, 0}) {
+    decode dec;
+    dec.chunk_blocks = chunk;
+    INFO("chunk_blocks " << chunk << ", splits " << dec.splits(p, hi.width));
+    const auto g1 = run_decode<float>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q());
+    CHECK(g1.error == 0u);
+    check_against(s, g1, ref, c.tokens_q());
+    const auto g2 = run_decode<float>(dec, dc, p, dc.paged(c), di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
+                                      c.tokens_q());
+    CHECK(g2.error == 0u);
+    CHECK(std::memcmp(g1.o.data(), g2.o.data(), g1.o.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(g1.lse.data(), g2.lse.data(), g1.lse.size() * sizeof(float)) == 0);
   }
 }
 
