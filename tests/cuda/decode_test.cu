@@ -3,7 +3,7 @@
 // GQA groups 1/4/8, head_dim 64 and 128, block_kv 16..128, contiguous and paged K/V (page sizes unlike
 // block_kv), kv-head and query-head index scope, block_table and block_csr, bf16 and fp16 inputs,
 // 16-bit and fp32 outputs, several splits per row (fixed and automatic chunk sizes; the merge by the
-// last split, with its (m, l) staged in shared memory or, for hundreds of splits, not). Also:
+// merge kernel, for up to hundreds of splits). Also:
 // bit-identical reruns, every output written (buffers start as NaN), the device error word for bad
 // ids / order / counts / pages, host errors.
 //
@@ -349,7 +349,7 @@ TEST_CASE("decode many splits: merge of hundreds of partials, automatic chunk") 
             hi.rows.push_back(all);
           }).ok());
   hi.finish(0);
-  REQUIRE(static_cast<std::int64_t>(hi.max_count()) * 64 > skim::exec::cuda::decode_detail::merge_staged_pairs);
+  REQUIRE(hi.max_count() >= 300);
   output<float> ref(c.spec, c.tokens_q());
   reference_output(c, hi, ref);
   tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);

@@ -12,14 +12,12 @@
 // Work: one CTA per (split, unit). A unit is the rows sharing one index row: with index_scope::kv_head
 // all query heads of a kv head (the GQA group) × the queries of a query block, so every selected K/V
 // block is read from memory once per kv head; with index_scope::query_head one head × the queries.
-// A split is chunk(p, bound) consecutive ids of the row (chunk_blocks, or by default a size chosen
-// from the problem and the bound, see chunk()). 8 warps per CTA share the split's keys; K/V stream
-// through shared memory by cp.async, 16 bytes per lane, 2 tiles (8 KB) in flight per warp. Rows
-// with more than one split write partials (m, l, unnormalised o, fp32) to the workspace; the split
-// that finishes last (a per-unit counter in the workspace) merges them by LSE in split order, in the
-// same kernel. The split structure depends on the problem, the bound and the index only (never on
-// the GPU or on timing), and every sum runs in a fixed order, so O and lse are bit-identical run to
-// run. Details: decode_kernels.cuh.
+// A split is `chunk_blocks` consecutive ids of the row. 8 warps per CTA share the split's keys; K/V
+// stream through shared memory by cp.async, 16 bytes per lane, 2 tiles (8 KB) in flight per warp.
+// Rows with more than one split write partials (m, l, unnormalised o, fp32) to the workspace and a
+// second kernel merges them by LSE in split order. The split structure depends on the index only
+// (never on the GPU or on timing), and every sum runs in a fixed order, so O and lse are
+// bit-identical run to run. Details: decode_kernels.cuh.
 //
 // Contracts
 //  - Types: Q and K/V skim::bfloat16 or skim::half (fp32 inside), O the same 16-bit types or float.
@@ -43,9 +41,7 @@
 //    longer than the host's bounds is skipped and reported (its outputs are not written). Nothing
 //    outside the sequence's own K/V is read.
 //  - run() only checks and enqueues: no allocation, no synchronisation, no host read of device memory
-//    (graph-capturable; it sets the kernel's dynamic shared memory attribute, a host-side call). When
-//    rows split, it enqueues a memset of the workspace's split counters (4 bytes per unit) before
-//    the kernel.
+//    (graph-capturable; it sets the kernel's dynamic shared memory attribute, a host-side call).
 //  - Workspace: workspace_bytes(p, bound) bytes, 16-byte aligned, content ignored (0 when one split
 //    covers every row: then the pointer may be null). Not shared between concurrent runs.
 
@@ -76,23 +72,19 @@ struct decode {
     return index.capacity > INT32_MAX ? INT32_MAX : static_cast<std::int32_t>(index.capacity);
   }
 
-  // CTAs the automatic chunk aims at: about one wave at one CTA per SM on an H100/H200 (132 SMs).
-  // A constant, so the split of a row never depends on the GPU. H200, bf16, B=8 × 8 kv heads, d=128,
-  // 16 blocks of 128 keys: 2 splits of 8 blocks (128 CTAs) 39 us; 4 of 4 (2 waves) 51 us, 1 of 16
-  // (64 CTAs) 53 us. Dense N=131072: 4 splits of 256 1.30 ms, 8 of 128 1.31, 16 of 64 1.34.
+  // CTAs the automatic chunk aims at (about one wave at one CTA per SM on an H100/H200), and the
+  // fewest keys per split it takes. Constants: the split of a row never depends on the GPU.
   static constexpr std::int32_t auto_target_ctas = 128;
-  // Fewest keys per split the automatic chunk takes: the prologue (index, Q, first tiles, ~2 us)
-  // should stay small next to streaming the split's K/V (512 keys × 256 B × 2 = 256 KB at d = 128).
   static constexpr std::int32_t auto_min_keys = 512;
 
-  // Blocks per split for at most max_selected_blocks ids per row: chunk_blocks if set, else
-  // ceil(bound / ceil(auto_target_ctas / units)), at least auto_min_keys keys, at most max_chunk_blocks.
+  // Blocks per split: chunk_blocks if set, else ceil(bound / ceil(auto_target_ctas / units)), at least
+  // auto_min_keys keys, at most max_chunk_blocks.
   [[nodiscard]] std::int32_t chunk(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks) const noexcept {
     if (chunk_blocks > 0) return chunk_blocks;
     const std::int32_t bound = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
     if (bound <= 0 || p.block_kv <= 0) return 1;
     const std::int64_t units = static_cast<std::int64_t>(p.index_heads()) * p.batch * p.max_q_blocks();
-    const std::int64_t want = units <= 0 ? 1 : (auto_target_ctas + units - 1) / units;  // splits per row
+    const std::int64_t want = units <= 0 ? 1 : (auto_target_ctas + units - 1) / units;
     std::int64_t c = (bound + want - 1) / want;
     const std::int64_t min_blocks = (auto_min_keys + p.block_kv - 1) / p.block_kv;
     if (c < min_blocks) c = min_blocks;
@@ -108,16 +100,14 @@ struct decode {
     return (bound - 1) / c + 1;
   }
 
-  // Bytes of partial states (m, l, o in fp32) for every split of every unit, then one split counter
-  // per unit; 0 when rows never split.
+  // Bytes of partial states (m, l, o in fp32) for every split of every unit; 0 when rows never split.
   [[nodiscard]] std::size_t workspace_bytes(const skim::cuda::device_problem& p,
                                             std::int32_t max_selected_blocks) const noexcept {
     if (!can_implement(p).ok()) return 0;  // run() rejects the problem before touching the workspace
     const std::int32_t s = splits(p, max_selected_blocks);
     if (s <= 1) return 0;
     const std::size_t units = static_cast<std::size_t>(p.index_heads()) * p.batch * p.max_q_blocks();
-    return units * s * unit_rows(p) * (static_cast<std::size_t>(p.head_dim) + 2) * sizeof(float) +
-           (units * sizeof(std::uint32_t) + 15) / 16 * 16;
+    return units * s * unit_rows(p) * (static_cast<std::size_t>(p.head_dim) + 2) * sizeof(float);
   }
 
   [[nodiscard]] status can_implement(const skim::cuda::device_problem& p) const noexcept {
@@ -195,9 +185,6 @@ struct decode {
       const std::size_t units = static_cast<std::size_t>(p.index_heads()) * p.batch * p.max_q_blocks();
       lp.partial_o = static_cast<float*>(workspace);
       lp.partial_ml = lp.partial_o + units * lp.splits * lp.max_rows * p.head_dim;
-      lp.counters = reinterpret_cast<std::uint32_t*>(lp.partial_ml + units * lp.splits * lp.max_rows * 2);
-      SKIM_TRY(skim::cuda::check(cudaMemsetAsync(lp.counters, 0, units * sizeof(std::uint32_t), stream),
-                                 "cudaMemsetAsync (split counters) in skim::exec::cuda::decode"));
     }
     const dim3 grid(static_cast<unsigned>(lp.splits), static_cast<unsigned>(p.index_heads()),
                     static_cast<unsigned>(p.batch * lp.q_blocks));
@@ -206,6 +193,11 @@ struct decode {
       SKIM_TRY(launch_split(decode_detail::split_kernel<64, TQ, KV, Index, TO>, grid, smem, stream, a, lp));
     } else {
       SKIM_TRY(launch_split(decode_detail::split_kernel<128, TQ, KV, Index, TO>, grid, smem, stream, a, lp));
+    }
+    if (lp.splits > 1) {
+      decode_detail::merge_kernel<Index, TO><<<dim3(1, grid.y, grid.z), decode_detail::merge_threads, 0, stream>>>(
+          p, a.index, a.o, a.lse, lp);
+      SKIM_TRY(skim::cuda::check_launch("skim::exec::cuda::decode (merge)"));
     }
     return status::success();
   }

@@ -16,18 +16,15 @@
 //              16-byte chunks, c and c + lanes_per_key, so each 16-byte load of the warp covers
 //              128 contiguous bytes of a row). K and V go global → shared memory by cp.async into
 //              `stages` lane-private buffers (each lane reads back exactly the bytes it copied, so
-//              no barrier is needed between the copy and the use), so stages − 1 tiles (8 KB per warp,
-//              64 KB per CTA) are in flight while one is computed. Scores: fp32 dot over 16 dims, then
-//              a butterfly over the key's lanes; online softmax per row in the log2 domain (m is
-//              warp-uniform).
+//              no barrier is needed between the copy and the use), so stages − 1 tiles (8 KB per warp)
+//              are in flight while one is computed. Scores: fp32 dot over 16 dims, then a butterfly
+//              over the key's lanes; online softmax per row in the log2 domain (m is warp-uniform).
 //   epilogue   o and l summed over the lanes of different keys, per-slice (m, l, o) through shared
 //              memory, combined in slice order; a unit whose row has one split writes O and lse, a
 //              split of a longer row writes its partial (m, l, o) to the workspace.
-//   merge      (rows with more than one split) each split counts itself in the unit's counter
-//              (workspace, zeroed by run() before the launch); the split that arrives last resets the
-//              counter and combines all partials of the unit in split order, so O does not depend on
-//              which split finished last. No second kernel: the merge costs the last split one pass
-//              over the unit's partials (L2), not a launch.
+//
+// merge_kernel: one CTA per unit whose row has more than one split; combines the partials in split
+// order (deterministic) and writes O and lse.
 
 #include <cuda_runtime.h>
 
@@ -45,11 +42,7 @@ using skim::cuda::device_row;
 
 inline constexpr int warps = 8;
 inline constexpr int threads = warps * 32;
-// cp.async buffers per warp: stages − 1 tiles (4 KB each at 16 bits) in flight per warp. Not the
-// limit on the H200 (issue is: ~4.5 cycles per instruction with 2 warps per scheduler): 5 stages
-// (160 KB) measured -3% (sparse, B=8, 16 blocks) to +3.5% (dense, N=131072), and would not fit
-// sm_80's 163 KB with 64 rows of Q; 3 fits every supported GPU (137 KB at most).
-inline constexpr int stages = 3;
+inline constexpr int stages = 3;          // cp.async buffers per warp: 2 tiles (8 KB) in flight per warp
 inline constexpr int rows_per_warp = 4;   // rows a warp keeps in registers (o: 4 × 16 floats per lane)
 inline constexpr int max_unit_rows = 64;  // heads per unit × queries per unit
 inline constexpr int max_chunk_blocks = 256;
@@ -76,13 +69,11 @@ struct geometry {
 //   ids    [chunk_blocks] int32
 // The epilogue's per-slice states alias kv (after a barrier):
 //   comb_o [combine_rows][D] float, comb_m [combine_rows], comb_l [combine_rows]
-// and so do the merge's (m, l) pairs of the unit's partials, [splits][rows] float2, when they fit.
 inline constexpr std::size_t kv_uint4_per_warp = static_cast<std::size_t>(stages) * 2 * 2 * 2 * 32;
 inline constexpr std::size_t kv_bytes = warps * kv_uint4_per_warp * 16;
 inline constexpr std::size_t tok_bytes = static_cast<std::size_t>(warps) * stages * 2 * 32 * 4;
 static_assert(combine_rows * (128 + 2) * 4 <= kv_bytes, "the epilogue's states fit in the K/V buffers");
 static_assert(combine_rows == warps * rows_per_warp);
-inline constexpr std::int64_t merge_staged_pairs = static_cast<std::int64_t>(kv_bytes / sizeof(float2));
 
 [[nodiscard]] constexpr std::int32_t q_rows(std::int32_t unit_rows) noexcept {
   return (unit_rows + rows_per_warp - 1) / rows_per_warp * rows_per_warp;
@@ -102,7 +93,6 @@ struct launch_params {
   float scale_log2 = 0.0f;     // softmax scale · log2(e)
   float* partial_o = nullptr;  // [units, splits, max_rows, head_dim] when splits > 1
   float* partial_ml = nullptr; // [units, splits, max_rows, 2]: m (log2 domain), l
-  std::uint32_t* counters = nullptr;  // [units]: splits done; 0 before and after every launch
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -433,49 +423,6 @@ __device__ __forceinline__ void attend_slice(const chunk_view<D, KV>& cv, std::i
 }
 
 // ---------------------------------------------------------------------------------------------
-// Merge of a unit's partials, by the split that finished last
-
-// Combines splits 0 .. nsplit − 1 of unit u in split order and writes O and lse. The same arithmetic
-// whichever split runs it: O is bit-identical run to run. (m, l) of every (split, row) go through
-// shared memory first when they fit (ml_s: merge_staged_pairs float2), else are read per element.
-// @pre every split's partial is written and visible (the counter's fence); called by the whole CTA.
-template <int D, class TQ, class KV, class Index, class TO>
-__device__ __forceinline__ void merge_unit(const device_attention_args<TQ, KV, Index, TO>& a, const launch_params& lp,
-                                           const unit& u, std::int32_t nsplit, float2* ml_s) noexcept {
-  const std::int64_t first = u.id * lp.splits * lp.max_rows;  // partial row of (split 0, row 0)
-  const float2* ml_g = reinterpret_cast<const float2*>(lp.partial_ml) + first;
-  const float* o_g = lp.partial_o + first * D;
-  const std::int64_t stride = lp.max_rows;  // partial rows between splits
-  const bool staged = static_cast<std::int64_t>(nsplit) * u.rows <= merge_staged_pairs;  // CTA-uniform
-  if (staged) {
-    for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < nsplit * u.rows; x += threads) {
-      const std::int32_t s = x / u.rows, r = x % u.rows;
-      ml_s[x] = __ldcg(ml_g + s * stride + r);  // L2: other CTAs wrote it in this launch
-    }
-    __syncthreads();
-  }
-  for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < u.rows * D; x += threads) {
-    const std::int32_t row = x / D, d = x % D;
-    const auto ml = [&](std::int32_t s) { return staged ? ml_s[s * u.rows + row] : __ldcg(ml_g + s * stride + row); };
-    float mx = -INFINITY;
-    for (std::int32_t s = 0; s < nsplit; ++s) mx = fmaxf(mx, ml(s).x);
-    const float m_use = mx == -INFINITY ? 0.0f : mx;
-    float l = 0.0f, o = 0.0f;
-#pragma unroll 4
-    for (std::int32_t s = 0; s < nsplit; ++s) {
-      const float2 p = ml(s);
-      const float f = exp2_approx(p.x - m_use);
-      l = fmaf(p.y, f, l);
-      o = fmaf(__ldcg(o_g + (s * stride + row) * D + d), f, o);
-    }
-    const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
-    const std::int32_t h = u.first_head + row % u.heads;
-    a.o.row(token, h)[d] = skim::cuda::from_float_device<TO>(l > 0.0f ? o / l : 0.0f);
-    if (d == 0 && a.lse != nullptr) a.lse[token * a.prob.heads_q + h] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Split kernel
 
 template <int D, class TQ, class KV, class Index, class TO>
@@ -666,22 +613,42 @@ __global__ void __launch_bounds__(threads, 1)
     }
     __syncthreads();  // comb is read before the next pass refills the K/V buffers
   }
-  if (nsplit == 1) return;
+}
 
-  // Count this split done; the last of the unit's nsplit merges (threadFenceReduction's pattern: every
-  // thread fences its partial stores before the count, the merging CTA reads the others' through L2).
-  __shared__ bool last_split;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const std::uint32_t done = atomicAdd(lp.counters + u.id, 1u) + 1u;
-    last_split = done == static_cast<std::uint32_t>(nsplit);
-    if (last_split) atomicExch(lp.counters + u.id, 0u);  // every split has counted: zero for the next launch
+// ---------------------------------------------------------------------------------------------
+// Merge kernel
+
+inline constexpr int merge_threads = 128;
+
+template <class Index, class TO>
+__global__ void __launch_bounds__(merge_threads)
+    merge_kernel(const __grid_constant__ device_problem p, const Index index, const skim::cuda::device_view<TO> out,
+                 float* lse, const launch_params lp) {
+  unit u;
+  if (!make_unit(p, lp.q_blocks, u)) return;
+  const skim::cuda::device_block_table::span span = index.row(u.index_row);
+  const std::int32_t nsplit = used_splits(span.n > 0 ? span.n : 0, lp);
+  if (nsplit <= 1) return;  // the split kernel wrote O
+  const std::int32_t D = p.head_dim;
+  for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < u.rows * D; x += merge_threads) {
+    const std::int32_t row = x / D, d = x % D;
+    const std::int64_t first = u.id * lp.splits * lp.max_rows + row;  // partial row of split 0
+    const std::int64_t stride = lp.max_rows;                          // rows between splits
+    float mx = -INFINITY;
+    for (std::int32_t s = 0; s < nsplit; ++s) mx = fmaxf(mx, lp.partial_ml[(first + s * stride) * 2]);
+    const float m_use = mx == -INFINITY ? 0.0f : mx;
+    float l = 0.0f, o = 0.0f;
+    for (std::int32_t s = 0; s < nsplit; ++s) {
+      const std::int64_t prow = first + s * stride;
+      const float f = exp2_approx(lp.partial_ml[prow * 2] - m_use);
+      l = fmaf(lp.partial_ml[prow * 2 + 1], f, l);
+      o = fmaf(lp.partial_o[prow * D + d], f, o);
+    }
+    const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
+    const std::int32_t h = u.first_head + row % u.heads;
+    out.row(token, h)[d] = skim::cuda::from_float_device<TO>(l > 0.0f ? o / l : 0.0f);
+    if (d == 0 && lse != nullptr) lse[token * p.heads_q + h] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
   }
-  __syncthreads();
-  if (!last_split) return;
-  __threadfence();
-  merge_unit<D>(a, lp, u, nsplit, reinterpret_cast<float2*>(smem));  // kv is free: the last pass ended on a barrier
 }
 
 }  // namespace skim::exec::cuda::decode_detail
