@@ -101,8 +101,11 @@ struct problem {
   }
 };
 
-// Checks the problem's own consistency (not any tensor). Every executor calls it.
-[[nodiscard]] inline status validate(const problem& p) noexcept {
+namespace detail {
+
+// The scalar fields every problem form shares (skim::problem, and the CUDA side's device_problem).
+template <class P>
+[[nodiscard]] status validate_shape(const P& p) noexcept {
   if (p.heads_q <= 0) return status::error(status_code::invalid_argument, "heads_q %d <= 0", p.heads_q);
   if (p.heads_kv <= 0) return status::error(status_code::invalid_argument, "heads_kv %d <= 0", p.heads_kv);
   if (p.heads_q % p.heads_kv != 0) {
@@ -116,6 +119,14 @@ struct problem {
     return status::error(status_code::invalid_argument, "softmax_scale %g is not finite",
                          static_cast<double>(p.softmax_scale));
   }
+  return status::success();
+}
+
+}  // namespace detail
+
+// Checks the problem's own consistency (not any tensor). Every executor calls it.
+[[nodiscard]] inline status validate(const problem& p) noexcept {
+  SKIM_TRY(detail::validate_shape(p));
   if (p.cu_seqlens_q.size() < 2) {
     return status::error(status_code::shape_mismatch, "cu_seqlens_q has %zu entries, needs batch + 1 >= 2",
                          p.cu_seqlens_q.size());

@@ -105,19 +105,7 @@ struct device_problem {
 // Host checks of everything the host can see (no device memory is read).
 [[nodiscard]] inline status validate(const device_problem& p) noexcept {
   if (p.batch < 0) return status::error(status_code::invalid_argument, "batch %d < 0", p.batch);
-  if (p.heads_q <= 0) return status::error(status_code::invalid_argument, "heads_q %d <= 0", p.heads_q);
-  if (p.heads_kv <= 0) return status::error(status_code::invalid_argument, "heads_kv %d <= 0", p.heads_kv);
-  if (p.heads_q % p.heads_kv != 0) {
-    return status::error(status_code::invalid_argument, "heads_q %d is not a multiple of heads_kv %d", p.heads_q,
-                         p.heads_kv);
-  }
-  if (p.head_dim <= 0) return status::error(status_code::invalid_argument, "head_dim %d <= 0", p.head_dim);
-  if (p.block_q <= 0) return status::error(status_code::invalid_argument, "block_q %d <= 0", p.block_q);
-  if (p.block_kv <= 0) return status::error(status_code::invalid_argument, "block_kv %d <= 0", p.block_kv);
-  if (!std::isfinite(p.softmax_scale)) {
-    return status::error(status_code::invalid_argument, "softmax_scale %g is not finite",
-                         static_cast<double>(p.softmax_scale));
-  }
+  SKIM_TRY(skim::detail::validate_shape(p));
   if (p.max_seqlen_q < 0 || p.max_seqlen_kv < 0) {
     return status::error(status_code::invalid_argument, "max_seqlen_q %d / max_seqlen_kv %d < 0", p.max_seqlen_q,
                          p.max_seqlen_kv);
