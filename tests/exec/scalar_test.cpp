@@ -76,81 +76,31 @@ TEST_CASE_TEMPLATE("scalar matches reference: random shapes, implicit indices", 
 }
 
 TEST_CASE("scalar matches reference: every head_dim 1..256") {
-  for (std::int32_t d = 1; d <= 256; ++d) {
-    const std::uint32_t seed = 0xd1d1u + static_cast<std::uint32_t>(d);
-    std::mt19937 rng(seed);
-    case_spec spec;
-    spec.head_dim = d;
-    spec.heads_kv = 1;
-    spec.heads_q = pick(rng, {1, 2, 4});
-    spec.block_q = pick(rng, {3, 16, 17, 32});
-    spec.block_kv = pick(rng, {5, 16, 24, 64});
-    spec.mask = chance(rng, 0.7) ? mask_kind::causal : mask_kind::none;
-    spec.seqs = {{uniform(rng, 1, 24), uniform(rng, 1, 48)}};
-    spec.paged = chance(rng, 0.3);
-    spec.page_size = 7;
+  for_each_head_dim_case([](std::uint32_t seed, const case_spec& spec, std::mt19937& rng) {
     const random_case<float, float> c(spec, rng);
-    const std::string desc = spec.describe();
-    INFO("seed " << seed << ": " << desc);
+    INFO("seed " << seed << ": " << spec.describe());
     (void)scalar_vs_reference<float>(c, index::causal_all{});
-  }
+  });
 }
 
 TEST_CASE("scalar matches reference: block sizes 16..128 and odd, independently, with partial last blocks") {
-  const std::int32_t sizes[] = {1, 7, 16, 17, 32, 48, 64, 100, 128};
-  int n = 0;
-  for (std::int32_t bq : sizes) {
-    for (std::int32_t bk : sizes) {
-      const std::uint32_t seed = 0xb10c0u + static_cast<std::uint32_t>(n++);
-      std::mt19937 rng(seed);
-      case_spec spec;
-      spec.head_dim = pick(rng, {16, 72, 80, 96, 100});
-      spec.heads_kv = 1;
-      spec.heads_q = pick(rng, {1, 4});
-      spec.block_q = bq;
-      spec.block_kv = bk;
-      spec.mask = chance(rng, 0.75) ? mask_kind::causal : mask_kind::none;
-      // Lengths that are not multiples of either block size, a decode row, more queries than keys.
-      spec.seqs = {{uniform(rng, 100, 160), uniform(rng, 150, 230)}, {1, uniform(rng, 1, 90)},
-                   {uniform(rng, 20, 40), uniform(rng, 1, 19)}};
-      spec.paged = chance(rng, 0.5);
-      spec.page_size = bk == 16 ? 17 : 16;
-      const random_case<float, float> c(spec, rng);
-      const std::string desc = spec.describe();
-      INFO("seed " << seed << ": " << desc);
-      with_implicit_index(rng, [&](const auto& index, const std::string& name) {
-        INFO("index " << name);
-        (void)scalar_vs_reference<float>(c, index);
-      });
-    }
-  }
+  for_each_block_size_case([](int, std::uint32_t seed, const case_spec& spec, std::mt19937& rng) {
+    const random_case<float, float> c(spec, rng);
+    INFO("seed " << seed << ": " << spec.describe());
+    with_implicit_index(rng, [&](const auto& index, const std::string& name) {
+      INFO("index " << name);
+      (void)scalar_vs_reference<float>(c, index);
+    });
+  });
 }
 
 TEST_CASE("scalar matches reference: GQA 1, 4, 8 with per-kv-head and per-query-head indices, paged and not") {
-  int n = 0;
-  for (std::int32_t group : {1, 4, 8}) {
-    for (index_scope scope : {index_scope::kv_head, index_scope::query_head}) {
-      for (bool paged : {false, true}) {
-        const std::uint32_t seed = 0x6aa0u + static_cast<std::uint32_t>(n++);
-        std::mt19937 rng(seed);
-        case_spec spec;
-        spec.heads_kv = 2;
-        spec.heads_q = 2 * group;
-        spec.head_dim = 64;
-        spec.block_q = 32;
-        spec.block_kv = 48;
-        spec.scope = scope;
-        spec.seqs = {{70, 130}, {0, 40}, {45, 45}, {0, 0}};
-        spec.paged = paged;
-        spec.page_size = 16;
-        const random_case<bfloat16, bfloat16> c(spec, rng);
-        const std::string desc = spec.describe();
-        INFO("seed " << seed << ": " << desc);
-        (void)scalar_vs_reference<float>(c, index::causal_all{});
-        (void)scalar_vs_reference<float>(c, index::sliding_window{2});
-      }
-    }
-  }
+  for_each_gqa_case([](std::uint32_t seed, const case_spec& spec, std::mt19937& rng) {
+    const random_case<bfloat16, bfloat16> c(spec, rng);
+    INFO("seed " << seed << ": " << spec.describe());
+    (void)scalar_vs_reference<float>(c, index::causal_all{});
+    (void)scalar_vs_reference<float>(c, index::sliding_window{2});
+  });
 }
 
 TEST_CASE("scalar: fully masked rows give exactly o = 0 and lse = -inf") {

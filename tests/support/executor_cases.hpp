@@ -1,6 +1,7 @@
 #pragma once
-// Index cases every executor test draws from (scalar, simd, stored formats): the element-type
-// sets of the typed tests, a random implicit index, and a random selection stored as a CSR.
+// Cases every executor test draws from (scalar, simd, stored formats): the element-type sets of
+// the typed tests, the shape walks (every head_dim, every pair of block sizes, GQA × index scope ×
+// storage), a random implicit index, and a random selection stored as a CSR.
 
 #include <doctest/doctest.h>
 
@@ -26,6 +27,83 @@ struct types {
   using kv = KV;
   using o = O;
 };
+
+// The shape walks. Each calls f(seed, spec, rng) once per shape, rng seeded with seed (the caller
+// builds its random_case from it and INFOs the seed); `every` > 1 walks one shape in `every`
+// (the NEON build under qemu runs fewer).
+
+// head_dim 1..256, small odd and common block sizes, a prefill and a decode sequence.
+template <class F>
+void for_each_head_dim_case(F&& f, std::int32_t every = 1) {
+  for (std::int32_t d = 1; d <= 256; d += every) {
+    const std::uint32_t seed = 0xd1d1u + static_cast<std::uint32_t>(d);
+    std::mt19937 rng(seed);
+    case_spec spec;
+    spec.head_dim = d;
+    spec.heads_kv = 1;
+    spec.heads_q = pick(rng, {1, 2, 4});
+    spec.block_q = pick(rng, {3, 16, 17, 32});
+    spec.block_kv = pick(rng, {5, 16, 24, 64});
+    spec.mask = chance(rng, 0.7) ? mask_kind::causal : mask_kind::none;
+    spec.seqs = {{uniform(rng, 1, 24), uniform(rng, 1, 48)}, {1, uniform(rng, 1, 90)}};
+    spec.paged = chance(rng, 0.3);
+    spec.page_size = 7;
+    f(seed, spec, rng);
+  }
+}
+
+// Every (bq, bk) of odd and common sizes, with lengths that are multiples of neither, a decode row
+// and more queries than keys. f also gets the running case number n (for thinning extra checks).
+template <class F>
+void for_each_block_size_case(F&& f, std::int32_t every = 1) {
+  const std::int32_t sizes[] = {1, 7, 16, 17, 32, 48, 64, 100, 128};
+  int n = 0;
+  for (std::int32_t bq : sizes) {
+    for (std::int32_t bk : sizes) {
+      const std::uint32_t seed = 0xb10c0u + static_cast<std::uint32_t>(n++);
+      if (n % every != 0) continue;
+      std::mt19937 rng(seed);
+      case_spec spec;
+      spec.head_dim = pick(rng, {16, 72, 80, 96, 100, 128});
+      spec.heads_kv = 1;
+      spec.heads_q = pick(rng, {1, 4});
+      spec.block_q = bq;
+      spec.block_kv = bk;
+      spec.mask = chance(rng, 0.75) ? mask_kind::causal : mask_kind::none;
+      spec.seqs = {{uniform(rng, 100, 160), uniform(rng, 150, 230)}, {1, uniform(rng, 1, 90)},
+                   {uniform(rng, 20, 40), uniform(rng, 1, 19)}};
+      spec.paged = chance(rng, 0.5);
+      spec.page_size = bk == 16 ? 17 : 16;
+      f(n, seed, spec, rng);
+    }
+  }
+}
+
+// GQA groups 1, 4, 8 × index scope × contiguous/paged, on a batch with empty sequences, decode rows
+// (1 and 3 queries over long keys) and a prefill row.
+template <class F>
+void for_each_gqa_case(F&& f) {
+  int n = 0;
+  for (std::int32_t group : {1, 4, 8}) {
+    for (index_scope scope : {index_scope::kv_head, index_scope::query_head}) {
+      for (bool paged : {false, true}) {
+        const std::uint32_t seed = 0x6aa0u + static_cast<std::uint32_t>(n++);
+        std::mt19937 rng(seed);
+        case_spec spec;
+        spec.heads_kv = 2;
+        spec.heads_q = 2 * group;
+        spec.head_dim = 64;
+        spec.block_q = 32;
+        spec.block_kv = 16;
+        spec.scope = scope;
+        spec.seqs = {{70, 130}, {0, 40}, {1, 300}, {3, 200}, {45, 45}, {0, 0}};
+        spec.paged = paged;
+        spec.page_size = 16;
+        f(seed, spec, rng);
+      }
+    }
+  }
+}
 
 // Calls f(index, name) with a random implicit index: causal_all, sink or sliding_window.
 template <class F>
