@@ -13,11 +13,19 @@
 // all query heads of a kv head (the GQA group) × the queries of a query block, so every selected K/V
 // block is read from memory once per kv head; with index_scope::query_head one head × the queries.
 // A split is `chunk_blocks` consecutive ids of the row. 8 warps per CTA share the split's keys; K/V
-// stream through shared memory by cp.async, 16 bytes per lane, 2 tiles (8 KB) in flight per warp.
+// stream through shared memory by cp.async. Two split kernels compute it (decode::kernel):
+//  - decode_kernel::cuda_cores (decode_kernels.cuh): fp32 dot products per key, any 16-bit Q and K/V
+//    types, any GPU; 2 tiles (8 KB) in flight per warp.
+//  - decode_kernel::tensor_cores (decode_mma.cuh): the unit's rows as the M of mma.sync.m16n8k16
+//    (padded to 16), S and P·V on tensor cores, 16 KB in flight per warp; sm_80 and later, Q and K/V
+//    of one type. P is rounded to that type before P·V (as in prefill), so O differs from the
+//    reference by about that rounding (tests: 2e-2 relative for bf16, 5e-3 for fp16).
+//  - decode_kernel::automatic (the default): tensor_cores where it applies, else cuda_cores.
 // Rows with more than one split write partials (m, l, unnormalised o, fp32) to the workspace and a
 // second kernel merges them by LSE in split order. The split structure depends on the index only
 // (never on the GPU or on timing), and every sum runs in a fixed order, so O and lse are
-// bit-identical run to run. Details: decode_kernels.cuh.
+// bit-identical run to run for a given kernel (automatic picks by the GPU's compute capability:
+// bit-identical across sm_80+ GPUs). Details: decode_kernels.cuh, decode_mma.cuh.
 //
 // Contracts
 //  - Types: Q and K/V skim::bfloat16 or skim::half (fp32 inside), O the same 16-bit types or float.
@@ -54,8 +62,16 @@
 #include "skim/core/status.hpp"
 #include "skim/exec/cuda/common.cuh"
 #include "skim/exec/cuda/decode_kernels.cuh"
+#include "skim/exec/cuda/decode_mma.cuh"
 
 namespace skim::exec::cuda {
+
+// Which split kernel decode runs (both compute the same attention; see the header comment).
+enum class decode_kernel {
+  automatic,     // tensor_cores on sm_80+ when Q and K/V have one type, else cuda_cores
+  cuda_cores,    // fp32 dot products and shuffles per key (decode_kernels.cuh)
+  tensor_cores,  // mma.sync.m16n8k16 (decode_mma.cuh); run() reports unsupported where it does not apply
+};
 
 struct decode {
   // Selected blocks per split; 0: chosen per problem and bound by chunk() (never from the GPU, so
@@ -63,6 +79,8 @@ struct decode {
   std::int32_t chunk_blocks = 0;
   // Queries per sequence this executor accepts (decode, speculative decoding).
   std::int32_t max_queries = 8;
+  // The split kernel (the merge kernel and the workspace are the same for both).
+  decode_kernel kernel = decode_kernel::automatic;
 
   // The ids-per-row bound run(a, workspace, ...) assumes for an index.
   [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_block_table& index) noexcept {
@@ -188,11 +206,26 @@ struct decode {
     }
     const dim3 grid(static_cast<unsigned>(lp.splits), static_cast<unsigned>(p.index_heads()),
                     static_cast<unsigned>(p.batch * lp.q_blocks));
-    const std::size_t smem = decode_detail::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
-    if (p.head_dim == 64) {
-      SKIM_TRY(launch_split(decode_detail::split_kernel<64, TQ, KV, Index, TO>, grid, smem, stream, a, lp));
-    } else {
-      SKIM_TRY(launch_split(decode_detail::split_kernel<128, TQ, KV, Index, TO>, grid, smem, stream, a, lp));
+    bool tensor_cores = false;
+    const std::size_t mma_smem = decode_detail::mma::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
+    SKIM_TRY((pick_kernel<TQ, TKV>(mma_smem, tensor_cores)));
+    if constexpr (std::is_same_v<TQ, TKV>) {
+      if (tensor_cores) {
+        namespace k = decode_detail::mma;
+        if (p.head_dim == 64) {
+          SKIM_TRY(launch_split(k::split_kernel<64, TQ, KV, Index, TO>, grid, mma_smem, stream, a, lp));
+        } else {
+          SKIM_TRY(launch_split(k::split_kernel<128, TQ, KV, Index, TO>, grid, mma_smem, stream, a, lp));
+        }
+      }
+    }
+    if (!tensor_cores) {
+      const std::size_t smem = decode_detail::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
+      if (p.head_dim == 64) {
+        SKIM_TRY(launch_split(decode_detail::split_kernel<64, TQ, KV, Index, TO>, grid, smem, stream, a, lp));
+      } else {
+        SKIM_TRY(launch_split(decode_detail::split_kernel<128, TQ, KV, Index, TO>, grid, smem, stream, a, lp));
+      }
     }
     if (lp.splits > 1) {
       decode_detail::merge_kernel<Index, TO><<<dim3(1, grid.y, grid.z), decode_detail::merge_threads, 0, stream>>>(
@@ -203,6 +236,34 @@ struct decode {
   }
 
  private:
+  // Whether run() launches the tensor-core split kernel: `kernel`, resolved for Q/K/V types TQ, TKV
+  // and the current device (host queries, allowed during graph capture): sm_80 or later with `smem`
+  // bytes of shared memory per block (an H100/H200 has them; an A100 does not). tensor_cores where
+  // it does not apply is unsupported.
+  template <class TQ, class TKV>
+  [[nodiscard]] status pick_kernel(std::size_t smem, bool& tensor_cores) const noexcept {
+    tensor_cores = false;
+    if (kernel == decode_kernel::cuda_cores) return status::success();
+    constexpr bool one_type = std::is_same_v<TQ, TKV>;
+    if (kernel == decode_kernel::tensor_cores && !one_type) {
+      return status::error(status_code::unsupported, "cuda::decode: the tensor-core kernel needs Q and K/V of one type");
+    }
+    int device = 0, major = 0, optin = 0;
+    SKIM_TRY(skim::cuda::check(cudaGetDevice(&device), "cudaGetDevice in skim::exec::cuda::decode"));
+    SKIM_TRY(skim::cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                               "cudaDeviceGetAttribute in skim::exec::cuda::decode"));
+    SKIM_TRY(skim::cuda::check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                               "cudaDeviceGetAttribute in skim::exec::cuda::decode"));
+    const bool fits = major >= 8 && smem <= static_cast<std::size_t>(optin);
+    if (kernel == decode_kernel::tensor_cores && !fits) {
+      return status::error(status_code::unsupported, "cuda::decode: the tensor-core kernel needs sm_80 or later and "
+                           "%zu bytes of shared memory per block (device %d: sm_%d0, %d bytes)", smem, device, major,
+                           optin);
+    }
+    tensor_cores = one_type && fits;
+    return status::success();
+  }
+
   [[nodiscard]] static std::int32_t queries_per_unit(const skim::cuda::device_problem& p) noexcept {
     return p.block_q < p.max_seqlen_q ? p.block_q : p.max_seqlen_q;
   }
@@ -237,12 +298,12 @@ struct decode {
   }
 
   template <class Kernel, class Args>
-  [[nodiscard]] static status launch_split(Kernel kernel, dim3 grid, std::size_t smem, cudaStream_t stream,
+  [[nodiscard]] static status launch_split(Kernel fn, dim3 grid, std::size_t smem, cudaStream_t stream,
                                            const Args& a, const decode_detail::launch_params& lp) noexcept {
-    SKIM_TRY(skim::cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    SKIM_TRY(skim::cuda::check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     static_cast<int>(smem)),
                                "cudaFuncSetAttribute in skim::exec::cuda::decode"));
-    kernel<<<grid, decode_detail::threads, smem, stream>>>(a, lp);
+    fn<<<grid, decode_detail::threads, smem, stream>>>(a, lp);
     return skim::cuda::check_launch("skim::exec::cuda::decode");
   }
 };

@@ -25,6 +25,10 @@
 //
 // merge_kernel: one CTA per unit whose row has more than one split; combines the partials in split
 // order (deterministic) and writes O and lse.
+//
+// decode_mma.cuh holds the tensor-core split kernel; it shares the unit geometry, the id checks
+// (load_ids_early/late, check_ids), the K/V row lookups, the epilogue's combine (write_rows), the
+// partials and the merge kernel with this one.
 
 #include <cuda_runtime.h>
 
@@ -209,6 +213,13 @@ struct kv_rows<skim::cuda::device_contiguous_kv<T>> {
     vr = v + t * token_stride;
     return true;
   }
+  // The same rows as k_base() + off and v_base() + off (the tensor-core kernel passes one offset per key).
+  [[nodiscard]] __device__ __forceinline__ bool offset(std::int32_t t, std::int64_t& off) const noexcept {
+    off = t * token_stride;
+    return true;
+  }
+  [[nodiscard]] __device__ __forceinline__ const T* k_base() const noexcept { return k; }
+  [[nodiscard]] __device__ __forceinline__ const T* v_base() const noexcept { return v; }
 };
 
 template <class T>
@@ -238,7 +249,114 @@ struct kv_rows<skim::cuda::device_paged_kv<T>> {
     vr = v_pages + off;
     return true;
   }
+  // rows() as one offset from k_base() / v_base(); false under the same conditions. @pre 0 <= t < kv_len
+  [[nodiscard]] __device__ __forceinline__ bool offset(std::int32_t t, std::int64_t& off) const noexcept {
+    const std::int32_t slot = first_slot + t / page_size;
+    if (first_slot < 0 || slot >= last_slot) return false;
+    const std::int32_t page = page_indices[slot];
+    if (page < 0 || page >= num_pages) return false;
+    off = page * page_stride + (t % page_size) * token_stride + head_offset;
+    return true;
+  }
+  [[nodiscard]] __device__ __forceinline__ const T* k_base() const noexcept { return k_pages; }
+  [[nodiscard]] __device__ __forceinline__ const T* v_base() const noexcept { return v_pages; }
 };
+
+// ---------------------------------------------------------------------------------------------
+// The chunk's ids and the epilogue's combine, shared by this kernel and the tensor-core one
+// (decode_mma.cuh). Thread j < chunk_blocks owns entry split · chunk_blocks + j of the row.
+
+struct entry_ids {
+  std::int32_t id = 0;
+  std::int32_t pred = -1;  // the entry before it in the row (-1: none)
+};
+
+// A block_table's entries, loaded before the count is known: the row's address does not depend on
+// it (loaded speculatively, inside the table). A CSR's wait for load_ids_late.
+template <class Index>
+__device__ __forceinline__ void load_ids_early(const Index& index, const unit& u, const launch_params& lp,
+                                               std::int32_t j, std::int32_t entry, entry_ids& e) noexcept {
+  if constexpr (std::is_same_v<Index, skim::cuda::device_block_table>) {
+    if (j < lp.chunk_blocks && entry < index.width && u.index_row >= 0 && u.index_row < index.rows) {
+      const std::int32_t* ids = index.ids + u.index_row * index.width;
+      e.id = ids[entry];
+      if (entry > 0) e.pred = ids[entry - 1];
+    }
+  }
+}
+template <class Index>
+__device__ __forceinline__ void load_ids_late(const skim::cuda::device_block_table::span& span, std::int32_t j,
+                                              std::int32_t entry, std::int32_t entries, entry_ids& e) noexcept {
+  if constexpr (!std::is_same_v<Index, skim::cuda::device_block_table>) {
+    if (j < entries) {
+      e.id = span.first[entry];
+      if (entry > 0) e.pred = span.first[entry - 1];
+    }
+  }
+}
+
+// Index: bad count (clamped span, or more ids than the grid's splits cover) once per unit; each id
+// of the chunk against its row's visible blocks and its predecessor in the row (bad ids become -1
+// in ids_s). @post ids_s[j] for j < entries (a barrier must follow before anyone reads it)
+__device__ __forceinline__ void check_ids(const device_problem& p, const unit& u,
+                                          const skim::cuda::device_block_table::span& span, std::int32_t n,
+                                          const launch_params& lp, std::int32_t split, std::int32_t j,
+                                          std::int32_t entry, std::int32_t entries, const entry_ids& e,
+                                          std::int32_t* ids_s) noexcept {
+  if (split == 0 && j == 0 &&
+      (span.clamped || static_cast<std::int64_t>(n) > static_cast<std::int64_t>(lp.splits) * lp.chunk_blocks)) {
+    skim::cuda::report(p, skim::cuda::bad_count);
+  }
+  if (j < entries) {
+    std::int32_t keep = e.id;
+    if (e.id < 0 || e.id >= u.row.visible_blocks) {
+      skim::cuda::report(p, skim::cuda::bad_block_id);
+      keep = -1;
+    } else if (entry > 0 && e.id <= e.pred) {
+      skim::cuda::report(p, skim::cuda::bad_order);
+      keep = -1;
+    }
+    ids_s[j] = keep;
+  }
+}
+
+// Rows [row0, row0 + rows_here) of the unit from `slices` partial states per row, combined in slice
+// order: state (slice sl, row row0 + rel) is comb_m/comb_l[sl · pass_rows + rel] and
+// comb_o[(sl · pass_rows + rel) · D, + D). Writes O and lse (nsplit 1) or this split's partial.
+// @pre called by all `threads` threads of the CTA (they stride over rows_here · D elements)
+template <int D, class TQ, class KV, class Index, class TO>
+__device__ __forceinline__ void write_rows(const device_attention_args<TQ, KV, Index, TO>& a, const launch_params& lp,
+                                           const unit& u, std::int32_t split, std::int32_t nsplit,
+                                           const float* comb_o, const float* comb_m, const float* comb_l,
+                                           std::int32_t slices, std::int32_t pass_rows, std::int32_t row0,
+                                           std::int32_t rows_here) noexcept {
+  const device_problem& p = a.prob;
+  for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < rows_here * D; x += threads) {
+    const std::int32_t rel = x / D, d = x % D, row = row0 + rel;
+    float mx = -INFINITY;
+    for (std::int32_t sl = 0; sl < slices; ++sl) mx = fmaxf(mx, comb_m[sl * pass_rows + rel]);
+    const float m_use = mx == -INFINITY ? 0.0f : mx;
+    float l = 0.0f, o = 0.0f;
+    for (std::int32_t sl = 0; sl < slices; ++sl) {
+      const float f = exp2_approx(comb_m[sl * pass_rows + rel] - m_use);
+      l = fmaf(comb_l[sl * pass_rows + rel], f, l);
+      o = fmaf(comb_o[(sl * pass_rows + rel) * D + d], f, o);
+    }
+    if (nsplit == 1) {
+      const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
+      const std::int32_t h = u.first_head + row % u.heads;
+      a.o.row(token, h)[d] = skim::cuda::from_float_device<TO>(l > 0.0f ? o / l : 0.0f);
+      if (d == 0 && a.lse != nullptr) a.lse[token * p.heads_q + h] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+    } else {
+      const std::int64_t prow = (u.id * lp.splits + split) * lp.max_rows + row;
+      lp.partial_o[prow * D + d] = o;
+      if (d == 0) {
+        lp.partial_ml[prow * 2] = mx;
+        lp.partial_ml[prow * 2 + 1] = l;
+      }
+    }
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // One warp's rows over one slice of the chunk's keys.
@@ -450,14 +568,8 @@ __global__ void __launch_bounds__(threads, 1)
   // address does not depend on the count: loaded speculatively, inside the table), then Q.
   const skim::cuda::device_block_table::span span = a.index.row(u.index_row);
   const kv_rows<KV> src(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head);
-  std::int32_t id = 0, pred = -1;
-  if constexpr (std::is_same_v<Index, skim::cuda::device_block_table>) {
-    if (j < lp.chunk_blocks && entry < a.index.width && u.index_row >= 0 && u.index_row < a.index.rows) {
-      const std::int32_t* ids = a.index.ids + u.index_row * a.index.width;
-      id = ids[entry];
-      if (entry > 0) pred = ids[entry - 1];
-    }
-  }
+  entry_ids e;
+  load_ids_early(a.index, u, lp, j, entry, e);
 
   // Q rows (padding rows zero), pre-scaled, in the lane-read layout: q_batch loads, then q_batch stores.
   constexpr int q_batch = 4;
@@ -487,30 +599,8 @@ __global__ void __launch_bounds__(threads, 1)
   if (split >= nsplit) return;  // CTA-uniform, before any barrier
   const std::int32_t first_entry = split * lp.chunk_blocks;
   const std::int32_t entries = n - first_entry < lp.chunk_blocks ? n - first_entry : lp.chunk_blocks;
-  if constexpr (!std::is_same_v<Index, skim::cuda::device_block_table>) {
-    if (j < entries) {
-      id = span.first[entry];
-      if (entry > 0) pred = span.first[entry - 1];
-    }
-  }
-
-  // Index: bad count (clamped span, or more ids than the grid's splits cover) once per unit; each id
-  // of the chunk against its row's visible blocks and its predecessor in the row (bad ids become -1).
-  if (split == 0 && j == 0 &&
-      (span.clamped || static_cast<std::int64_t>(n) > static_cast<std::int64_t>(lp.splits) * lp.chunk_blocks)) {
-    skim::cuda::report(p, skim::cuda::bad_count);
-  }
-  if (j < entries) {
-    std::int32_t keep = id;
-    if (id < 0 || id >= u.row.visible_blocks) {
-      skim::cuda::report(p, skim::cuda::bad_block_id);
-      keep = -1;
-    } else if (entry > 0 && id <= pred) {
-      skim::cuda::report(p, skim::cuda::bad_order);
-      keep = -1;
-    }
-    ids_s[j] = keep;
-  }
+  load_ids_late<Index>(span, j, entry, entries, e);
+  check_ids(p, u, span, n, lp, split, j, entry, entries, e, ids_s);
   __syncthreads();
 
   const chunk_view<D, KV> cv{
@@ -586,31 +676,7 @@ __global__ void __launch_bounds__(threads, 1)
     // Combine the slices in slice order; write O (one split) or this split's partial.
     const std::int32_t row0 = pass * pass_rows;
     const std::int32_t rows_here = u.rows - row0 < pass_rows ? u.rows - row0 : pass_rows;
-    for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < rows_here * D; x += threads) {
-      const std::int32_t rel = x / D, d = x % D, row = row0 + rel;
-      float mx = -INFINITY;
-      for (std::int32_t sl = 0; sl < slices; ++sl) mx = fmaxf(mx, comb_m[sl * pass_rows + rel]);
-      const float m_use = mx == -INFINITY ? 0.0f : mx;
-      float l = 0.0f, o = 0.0f;
-      for (std::int32_t sl = 0; sl < slices; ++sl) {
-        const float f = exp2_approx(comb_m[sl * pass_rows + rel] - m_use);
-        l = fmaf(comb_l[sl * pass_rows + rel], f, l);
-        o = fmaf(comb_o[(sl * pass_rows + rel) * D + d], f, o);
-      }
-      if (nsplit == 1) {
-        const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
-        const std::int32_t h = u.first_head + row % u.heads;
-        a.o.row(token, h)[d] = skim::cuda::from_float_device<TO>(l > 0.0f ? o / l : 0.0f);
-        if (d == 0 && a.lse != nullptr) a.lse[token * p.heads_q + h] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
-      } else {
-        const std::int64_t prow = (u.id * lp.splits + split) * lp.max_rows + row;
-        lp.partial_o[prow * D + d] = o;
-        if (d == 0) {
-          lp.partial_ml[prow * 2] = mx;
-          lp.partial_ml[prow * 2 + 1] = l;
-        }
-      }
-    }
+    write_rows<D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, slices, pass_rows, row0, rows_here);
     __syncthreads();  // comb is read before the next pass refills the K/V buffers
   }
 }
