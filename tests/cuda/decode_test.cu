@@ -3,9 +3,11 @@
 // GQA groups 1/4/8, head_dim 64 and 128, block_kv 16..128, contiguous and paged K/V (page sizes unlike
 // block_kv), kv-head and query-head index scope, block_table and block_csr, bf16 and fp16 inputs,
 // 16-bit and fp32 outputs, several splits per row (fixed and automatic chunk sizes; the merge by the
-// merge kernel, for up to hundreds of splits). Also:
-// bit-identical reruns, every output written (buffers start as NaN), the device error word for bad
-// ids / order / counts / pages, host errors.
+// merge kernel, for up to hundreds of splits). Every case runs both split kernels (decode_kernel::
+// cuda_cores and tensor_cores; the latter rounds P to 16 bits, so its tolerance is prefill's: 2e-2
+// relative for bf16, 5e-3 for fp16). Also: bit-identical reruns (and automatic = tensor_cores),
+// every output written (buffers start as NaN), the device error word for bad ids / order / counts /
+// pages, host errors.
 //
 // Run only these: skim_cuda_tests -tc='decode*'   (the sanitizer runs the "decode small" cases)
 #include "cuda/support.cuh"
@@ -32,6 +34,20 @@ using namespace skim::test;
 namespace sc = skim::cuda;
 namespace tc = skim::test::cuda;
 using skim::exec::cuda::decode;
+using skim::exec::cuda::decode_kernel;
+
+// The split kernels every case runs.
+constexpr decode_kernel kernels[] = {decode_kernel::cuda_cores, decode_kernel::tensor_cores};
+
+[[nodiscard]] const char* kernel_name(decode_kernel k) {
+  return k == decode_kernel::cuda_cores ? "cuda_cores" : (k == decode_kernel::tensor_cores ? "tensor_cores" : "automatic");
+}
+
+// dec with its split kernel set to k.
+[[nodiscard]] decode with_kernel(decode dec, decode_kernel k) {
+  dec.kernel = k;
+  return dec;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Cases
@@ -176,15 +192,21 @@ gpu_output<TO> run_decode(const decode& dec, tc::device_case<T, T>& dc, const sc
   return out;
 }
 
-template <class TO>
-[[nodiscard]] constexpr double tolerance() {
-  return std::is_same_v<TO, float> ? 2e-3 : (std::is_same_v<TO, skim::half> ? 4e-3 : 1.2e-2);
+// Relative L2 tolerance of o for output type TO, inputs T, split kernel k: the output's rounding, and
+// for tensor_cores P rounded to T before P·V (prefill's bounds).
+template <class TO, class T>
+[[nodiscard]] constexpr double tolerance(decode_kernel k) {
+  const double out = std::is_same_v<TO, float> ? 2e-3 : (std::is_same_v<TO, skim::half> ? 4e-3 : 1.2e-2);
+  if (k == decode_kernel::cuda_cores) return out;
+  const double p = std::is_same_v<T, skim::bfloat16> ? 2e-2 : 5e-3;
+  return out > p ? out : p;
 }
 
 // Per (token, head): an empty reference row (lse -inf) must be exactly o = 0, lse = -inf; otherwise
 // relative L2 error of o <= tol and |Δlse| <= 1e-3 · max(1, |lse|). NaN (an unwritten element) fails.
 template <class TO>
-void check_against(const case_spec& s, const gpu_output<TO>& g, const output<float>& ref, std::int32_t tokens_q) {
+void check_against(const case_spec& s, const gpu_output<TO>& g, const output<float>& ref, std::int32_t tokens_q,
+                   double tol) {
   const std::int32_t d = s.head_dim;
   const double floor = 0.05 * std::sqrt(static_cast<double>(d));
   std::int64_t failures = 0, empty = 0;
@@ -212,14 +234,14 @@ void check_against(const case_spec& s, const gpu_output<TO>& g, const output<flo
         const double dl = std::abs(static_cast<double>(gl) - rl);
         max_rel = std::max(max_rel, std::isnan(rel) ? INFINITY : rel);
         max_dlse = std::max(max_dlse, std::isnan(dl) ? INFINITY : dl);
-        if (!(rel <= tolerance<TO>())) what = "relative error of o " + std::to_string(rel);
+        if (!(rel <= tol)) what = "relative error of o " + std::to_string(rel);
         else if (!(dl <= 1e-3 * std::max(1.0, std::abs(static_cast<double>(rl)))))
           what = "lse " + std::to_string(gl) + " vs reference " + std::to_string(rl);
       }
       if (!what.empty() && failures++ == 0) first = "token " + std::to_string(t) + " head " + std::to_string(h) + ": " + what;
     }
   }
-  INFO("rows " << tokens_q * s.heads_q << ", empty " << empty << ", max rel o " << max_rel << ", max |dlse| "
+  INFO("rows " << tokens_q * s.heads_q << ", tolerance " << tol << ", empty " << empty << ", max rel o " << max_rel << ", max |dlse| "
                << max_dlse << ", failures " << failures << ", first: " << first);
   CHECK(failures == 0);
 }
@@ -269,13 +291,17 @@ void random_decode_case(std::uint32_t seed) {
   output<float> ref(c.spec, c.tokens_q());
   reference_output(c, hi, ref);
   const std::int32_t bound = explicit_bound ? hi.max_count() : -1;
-  with_kv(c, dc, [&](const auto& kv) {
-    const auto g = csr ? run_decode<TO>(dec, dc, p, kv, di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
-                                        c.tokens_q(), bound)
-                       : run_decode<TO>(dec, dc, p, kv, di.table(), c.tokens_q(), bound);
-    CHECK(g.error == 0u);
-    check_against(s, g, ref, c.tokens_q());
-  });
+  for (const decode_kernel k : kernels) {
+    INFO("kernel " << kernel_name(k));
+    const decode dk = with_kernel(dec, k);
+    with_kv(c, dc, [&](const auto& kv) {
+      const auto g = csr ? run_decode<TO>(dk, dc, p, kv, di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
+                                          c.tokens_q(), bound)
+                         : run_decode<TO>(dk, dc, p, kv, di.table(), c.tokens_q(), bound);
+      CHECK(g.error == 0u);
+      check_against(s, g, ref, c.tokens_q(), tolerance<TO, T>(k));
+    });
+  }
 }
 
 }  // namespace
@@ -291,8 +317,9 @@ TEST_CASE_TEMPLATE("decode random shapes against reference", Types, types<skim::
 }
 
 // A small fixed case for compute-sanitizer (memcheck, racecheck): decode and speculative rows,
-// partial blocks, several splits per row (merge kernel), both sources and both index forms.
-TEST_CASE("decode small: fixed shapes, both sources and index forms") {
+// partial blocks, several splits per row (merge kernel), both sources and both index forms, both
+// split kernels.
+TEST_CASE("decode small: fixed shapes, both kernels, sources and index forms") {
   for (const std::int32_t d : {64, 128}) {
     std::mt19937 rng(7u + static_cast<std::uint32_t>(d));
     case_spec s;
@@ -310,20 +337,24 @@ TEST_CASE("decode small: fixed shapes, both sources and index forms") {
     tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
     const device_index di(hi);
     const sc::device_problem p = dc.prob(s);
-    for (const std::int32_t chunk : {0, 1, 8}) {
-      decode dec;
-      dec.chunk_blocks = chunk;
-      INFO("d " << d << " chunk_blocks " << chunk);
-      {
-        const auto g = run_decode<float>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q());
-        CHECK(g.error == 0u);
-        check_against(s, g, ref, c.tokens_q());
-      }
-      {
-        const auto g = run_decode<float>(dec, dc, p, dc.paged(c), di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
-                                         c.tokens_q(), hi.max_count());
-        CHECK(g.error == 0u);
-        check_against(s, g, ref, c.tokens_q());
+    for (const decode_kernel k : kernels) {
+      for (const std::int32_t chunk : {0, 1, 8}) {
+        decode dec;
+        dec.chunk_blocks = chunk;
+        dec.kernel = k;
+        const double tol = tolerance<float, skim::bfloat16>(k);
+        INFO("d " << d << " chunk_blocks " << chunk << " kernel " << kernel_name(k));
+        {
+          const auto g = run_decode<float>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q());
+          CHECK(g.error == 0u);
+          check_against(s, g, ref, c.tokens_q(), tol);
+        }
+        {
+          const auto g = run_decode<float>(dec, dc, p, dc.paged(c), di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
+                                           c.tokens_q(), hi.max_count());
+          CHECK(g.error == 0u);
+          check_against(s, g, ref, c.tokens_q(), tol);
+        }
       }
     }
   }
@@ -355,22 +386,28 @@ TEST_CASE("decode many splits: merge of hundreds of partials, automatic chunk") 
   tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
   const device_index di(hi);
   const sc::device_problem p = dc.prob(s);
-  for (const std::int32_t chunk : {1, 0}) {
-    decode dec;
-    dec.chunk_blocks = chunk;
-    INFO("chunk_blocks " << chunk << ", splits " << dec.splits(p, hi.width));
-    const auto g1 = run_decode<float>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q());
-    CHECK(g1.error == 0u);
-    check_against(s, g1, ref, c.tokens_q());
-    const auto g2 = run_decode<float>(dec, dc, p, dc.paged(c), di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
-                                      c.tokens_q());
-    CHECK(g2.error == 0u);
-    CHECK(std::memcmp(g1.o.data(), g2.o.data(), g1.o.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(g1.lse.data(), g2.lse.data(), g1.lse.size() * sizeof(float)) == 0);
+  for (const decode_kernel k : kernels) {
+    for (const std::int32_t chunk : {1, 0}) {
+      decode dec;
+      dec.chunk_blocks = chunk;
+      dec.kernel = k;
+      INFO("chunk_blocks " << chunk << ", splits " << dec.splits(p, hi.width) << ", kernel " << kernel_name(k));
+      const auto g1 = run_decode<float>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q());
+      CHECK(g1.error == 0u);
+      check_against(s, g1, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
+      const auto g2 = run_decode<float>(dec, dc, p, dc.paged(c), di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
+                                        c.tokens_q());
+      CHECK(g2.error == 0u);
+      CHECK(std::memcmp(g1.o.data(), g2.o.data(), g1.o.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(g1.lse.data(), g2.lse.data(), g1.lse.size() * sizeof(float)) == 0);
+    }
   }
 }
 
-TEST_CASE("decode deterministic: two runs give bit-identical O and lse") {
+TEST_CASE("decode deterministic: two runs give bit-identical O and lse, automatic = tensor_cores on sm_80+") {
+  int device = 0, major = 0;
+  SKIM_CUDA_REQUIRE(cudaGetDevice(&device));
+  SKIM_CUDA_REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   for (std::uint32_t seed = 50; seed < 54; ++seed) {
     std::mt19937 rng(seed);
     case_spec s = random_decode_spec(rng);
@@ -382,12 +419,21 @@ TEST_CASE("decode deterministic: two runs give bit-identical O and lse") {
     const sc::device_problem p = dc.prob(s);
     decode dec;
     dec.chunk_blocks = 2;
-    with_kv(c, dc, [&](const auto& kv) {
-      const auto g1 = run_decode<float>(dec, dc, p, kv, di.table(), c.tokens_q());
-      const auto g2 = run_decode<float>(dec, dc, p, kv, di.table(), c.tokens_q());
-      CHECK(std::memcmp(g1.o.data(), g2.o.data(), g1.o.size() * sizeof(float)) == 0);
-      CHECK(std::memcmp(g1.lse.data(), g2.lse.data(), g1.lse.size() * sizeof(float)) == 0);
-    });
+    for (const decode_kernel k : kernels) {
+      INFO("kernel " << kernel_name(k));
+      const decode dk = with_kernel(dec, k);
+      with_kv(c, dc, [&](const auto& kv) {
+        const auto g1 = run_decode<float>(dk, dc, p, kv, di.table(), c.tokens_q());
+        const auto g2 = run_decode<float>(dk, dc, p, kv, di.table(), c.tokens_q());
+        CHECK(std::memcmp(g1.o.data(), g2.o.data(), g1.o.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(g1.lse.data(), g2.lse.data(), g1.lse.size() * sizeof(float)) == 0);
+        if (k == decode_kernel::tensor_cores && major >= 8) {
+          const auto ga = run_decode<float>(with_kernel(dec, decode_kernel::automatic), dc, p, kv, di.table(), c.tokens_q());
+          CHECK(std::memcmp(g1.o.data(), ga.o.data(), g1.o.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(g1.lse.data(), ga.lse.data(), g1.lse.size() * sizeof(float)) == 0);
+        }
+      });
+    }
   }
 }
 
@@ -410,24 +456,32 @@ TEST_CASE("decode bad index content is skipped and reported") {
   const sc::device_problem p = dc.prob(s);
   decode dec;
   dec.chunk_blocks = 2;
+  // The error word of a run of each split kernel (each must report on its own).
+  const auto errors = [&](const auto& kv, const auto& index, std::int32_t bound = -1) {
+    std::vector<std::uint32_t> out;
+    for (const decode_kernel k : kernels) {
+      out.push_back(run_decode<skim::half>(with_kernel(dec, k), dc, p, kv, index, c.tokens_q(), bound).error);
+    }
+    return out;
+  };
 
   SUBCASE("valid index: error word 0") {
     const device_index di(good);
-    CHECK(run_decode<skim::half>(dec, dc, p, dc.paged(c), di.table(), c.tokens_q()).error == 0u);
+    for (const std::uint32_t e : errors(dc.paged(c), di.table())) CHECK(e == 0u);
   }
   SUBCASE("id past the visible blocks") {
     host_index h;
     h.rows = {{0, 3, 5, 10}, {1, 2, 6}};
     h.finish(0);
     const device_index di(h);
-    CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q()).error & sc::bad_block_id) != 0u);
+    for (const std::uint32_t e : errors(dc.contiguous(s), di.table())) CHECK((e & sc::bad_block_id) != 0u);
   }
   SUBCASE("negative id") {
     host_index h;
     h.rows = {{0, 3, 5, 9}, {-1, 2, 6}};
     h.finish(0);
     const device_index di(h);
-    CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), di.csr(7), c.tokens_q()).error & sc::bad_block_id) != 0u);
+    for (const std::uint32_t e : errors(dc.contiguous(s), di.csr(7))) CHECK((e & sc::bad_block_id) != 0u);
   }
   SUBCASE("ids not increasing (within and across splits)") {
     for (const auto& row0 : {std::vector<std::int32_t>{3, 0, 5, 9}, std::vector<std::int32_t>{0, 5, 5, 9}}) {
@@ -435,21 +489,21 @@ TEST_CASE("decode bad index content is skipped and reported") {
       h.rows = {row0, {1, 2, 6}};
       h.finish(0);
       const device_index di(h);
-      CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q()).error & sc::bad_order) != 0u);
+      for (const std::uint32_t e : errors(dc.contiguous(s), di.table())) CHECK((e & sc::bad_order) != 0u);
     }
   }
   SUBCASE("count past the width, and rows past index.rows") {
     device_index di(good);
     std::vector<std::int32_t> count = {good.width + 1, 3};
     di.count.upload(count);
-    CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q()).error & sc::bad_count) != 0u);
+    for (const std::uint32_t e : errors(dc.contiguous(s), di.table())) CHECK((e & sc::bad_count) != 0u);
     sc::device_block_csr short_csr = di.csr(7);
     short_csr.rows = 1;
-    CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), short_csr, c.tokens_q()).error & sc::bad_count) != 0u);
+    for (const std::uint32_t e : errors(dc.contiguous(s), short_csr)) CHECK((e & sc::bad_count) != 0u);
   }
   SUBCASE("more ids than the bound given to run") {
     const device_index di(good);
-    CHECK((run_decode<skim::half>(dec, dc, p, dc.contiguous(s), di.csr(7), c.tokens_q(), 2).error & sc::bad_count) != 0u);
+    for (const std::uint32_t e : errors(dc.contiguous(s), di.csr(7), 2)) CHECK((e & sc::bad_count) != 0u);
   }
   SUBCASE("page outside the pool") {
     const device_index di(good);
@@ -457,7 +511,7 @@ TEST_CASE("decode bad index content is skipped and reported") {
       std::vector<std::int32_t> pages = c.page_indices;
       pages[0] = bad;  // sequence 0's first page: tokens 0..15, in selected block 0
       dc.page_indices.upload(pages);
-      CHECK((run_decode<skim::half>(dec, dc, p, dc.paged(c), di.table(), c.tokens_q()).error & sc::bad_page) != 0u);
+      for (const std::uint32_t e : errors(dc.paged(c), di.table())) CHECK((e & sc::bad_page) != 0u);
       dc.page_indices.upload(c.page_indices);
     }
   }
@@ -516,6 +570,24 @@ TEST_CASE("decode host errors") {
     CHECK(std::string(st.message()).find(std::to_string(need - 1)) != std::string::npos);
     CHECK(dec.run(args(p, o.data()), nullptr, need, nullptr).code() == status_code::workspace_too_small);
     CHECK(dec.run(args(p, o.data()), ws.data(), need, nullptr).ok());
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+    CHECK(dc.error_bits() == 0u);
+  }
+  SUBCASE("tensor_cores needs Q and K/V of one type; automatic then runs cuda_cores") {
+    const sc::device_attention_args<skim::half, sc::device_contiguous_kv<skim::bfloat16>, sc::device_block_table, float>
+        mixed{.prob = p,
+              .q = sc::device_view<const skim::half>::token_major(reinterpret_cast<const skim::half*>(dc.q.data()),
+                                                                   p.heads_q, p.head_dim),
+              .kv = dc.contiguous(s),
+              .index = di.table(),
+              .o = sc::device_view<float>::token_major(o.data(), p.heads_q, p.head_dim),
+              .lse = nullptr};
+    const std::size_t need = dec.workspace_bytes(p, hi.width);
+    tc::buffer<std::uint8_t> ws(need);
+    const status st = with_kernel(dec, decode_kernel::tensor_cores).run(mixed, ws.data(), need, nullptr);
+    CHECK(st.code() == status_code::unsupported);
+    CHECK(std::string(st.message()).find("one type") != std::string::npos);
+    CHECK(with_kernel(dec, decode_kernel::automatic).run(mixed, ws.data(), need, nullptr).ok());
     SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
     CHECK(dc.error_bits() == 0u);
   }
