@@ -7,6 +7,8 @@
 //   skim_bench_cuda step    --batch 8 --n 131072 --blocks 16   (append + route + decode, one CUDA graph)
 //   common: --heads-q 32 --heads-kv 8 --dim 128 --bk 128 --bq 128 --dtype bf16|fp16
 //           --sets 4 (index sets rotated between timed runs) --reps 50 --index-out FILE
+//   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
+//           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C
 //
 // Method (METHOD.md): random inputs (never zeros), a warm-up, device events around each run, the
 // median over reps; each rep uses the next of --sets random index sets over the same K/V, so the
@@ -50,8 +52,15 @@ struct options {
   int batch = 1, n = 32768, heads_q = 32, heads_kv = 8, dim = 128, bq = 128, bk = 128, blocks = 16;
   int sets = 4, reps = 50, chunk_blocks = 0;
   std::string dtype = "bf16";
+  std::string kernel = "auto";  // decode's split kernel: simt (CUDA cores), mma (tensor cores), auto
   std::string index_out;
 };
+
+skim::exec::cuda::decode_kernel decode_kernel_of(const options& o) {
+  if (o.kernel == "simt") return skim::exec::cuda::decode_kernel::cuda_cores;
+  if (o.kernel == "mma") return skim::exec::cuda::decode_kernel::tensor_cores;
+  return skim::exec::cuda::decode_kernel::automatic;
+}
 
 options parse(int argc, char** argv) {
   options o;
@@ -75,6 +84,7 @@ options parse(int argc, char** argv) {
     else if (k == "--reps") o.reps = std::atoi(v);
     else if (k == "--chunk-blocks") o.chunk_blocks = std::atoi(v);
     else if (k == "--dtype") o.dtype = v;
+    else if (k == "--kernel") o.kernel = v;
     else if (k == "--index-out") o.index_out = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -199,6 +209,7 @@ int run_decode(const options& o) {
                                .max_seqlen_kv = o.n};
   skim::exec::cuda::decode exec;
   if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
+  exec.kernel = decode_kernel_of(o);
   BENCH_STATUS(exec.can_implement(p));
   const std::size_t ws_bytes = exec.workspace_bytes(p, width);
   device_array<std::byte> ws(ws_bytes);
@@ -214,8 +225,8 @@ int run_decode(const options& o) {
   const double ms = time_median(o.reps, run);
   const double bytes = 2.0 * double(rows) * width * o.bk * o.dim * sizeof(T);
   std::printf("{\"bench\": \"decode\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
-              "\"bytes\": %.0f, \"tb_per_s\": %.3f}\n",
-              o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9);
+              "\"bytes\": %.0f, \"tb_per_s\": %.3f, \"kernel\": \"%s\"}\n",
+              o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9, o.kernel.c_str());
   return 0;
 }
 
@@ -335,6 +346,7 @@ int run_step(const options& o) {
 
   skim::exec::cuda::decode exec;
   if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
+  exec.kernel = decode_kernel_of(o);
   BENCH_STATUS(exec.can_implement(p));
   const std::size_t ws_bytes = exec.workspace_bytes(p, width);
   device_array<std::byte> ws(ws_bytes);
@@ -397,8 +409,9 @@ int run_step(const options& o) {
     if (rep >= 3) t_graph.push_back(x);
   }
   std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
-              "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f}\n",
-              o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend));
+              "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"kernel\": \"%s\"}\n",
+              o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend),
+              o.kernel.c_str());
   for (auto& ev : e) cudaEventDestroy(ev);
   cudaGraphExecDestroy(graph_exec);
   cudaGraphDestroy(graph);
@@ -410,6 +423,10 @@ int run_step(const options& o) {
 
 int main(int argc, char** argv) {
   const options o = parse(argc, argv);
+  if (o.kernel != "simt" && o.kernel != "mma" && o.kernel != "auto") {
+    std::fprintf(stderr, "--kernel %s: simt, mma or auto\n", o.kernel.c_str());
+    return 2;
+  }
   const bool bf16 = o.dtype == "bf16";
   if (!bf16 && o.dtype != "fp16") {
     std::fprintf(stderr, "--dtype %s: bf16 or fp16\n", o.dtype.c_str());
