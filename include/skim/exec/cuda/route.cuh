@@ -32,9 +32,10 @@
 //
 // Cost (H200, B = 8, heads_kv = 8, group 4, head_dim 128, bk = 128, N = 131072: 1024 blocks a row):
 // scoring reads 2 · 1024 · 128 summary elements per (sequence, kv head): 33.5 MB for the batch in
-// bf16 (7 µs at 4.8 TB/s), 67 MB in fp32 (14 µs): keep summaries in K's 16-bit type (exact). It does
-// 4 · 128 fmul+fadd per block and row (2048 CTAs, ~4 µs of issue, overlapping the loads). Selection
-// is 64 CTAs of ~4 radix passes over 1024 keys (~2 µs). Estimates, not yet measured.
+// bf16 (keep summaries in K's 16-bit type: exact, half of fp32's bytes). Measured (ncu and CUDA-graph
+// replays, docs/performance.md): score 27-29 µs (DRAM 25%: each block's exact sum is a serial chain
+// of 128 dependent adds per head, so the kernel is latency-bound, not bandwidth-bound), select
+// 7.4-9.4 µs, append 3 µs. Variants with several chains per thread reached 21.5 µs for score.
 
 #include <algorithm>
 #include <cstddef>
