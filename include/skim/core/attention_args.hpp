@@ -10,12 +10,13 @@
 //       .lse = lse};
 //
 // check_args() is the shared validation every executor runs first. check_block_id() is the
-// per-id check executors apply while walking a row, so that an index that skipped (or lies in)
-// validation costs a status, never an out-of-bounds read.
+// per-id check executors apply while walking a row (for_each_block_id() walks a row with it), so
+// that an index that skipped (or lies in) validation costs a status, never an out-of-bounds read.
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 
 #include "skim/concepts/block_index.hpp"
@@ -158,6 +159,25 @@ template <element TQ, kv_source KV, block_index Index, element TO>
   if (id <= prev) {
     return status::error(status_code::invalid_index, "block id %d after %d in row %lld (ids must ascend strictly)",
                          id, prev, static_cast<long long>(row.row));
+  }
+  return status::success();
+}
+
+// Walks index row `row` in order, checking each id (check_block_id) before f(id) sees it, and
+// returns the first bad id's status. f returns void, or bool: false stops the walk (a caller
+// that needs only a window of the row).
+template <class Index, class F>
+[[nodiscard]] status for_each_block_id(const Index& index, const row_info& row, F&& f) {
+  std::int32_t prev = -1;
+  for (auto c = index.cursor(row); !c.done(); c.next()) {
+    const auto id = static_cast<std::int32_t>(c.id());
+    SKIM_TRY(check_block_id(row, id, prev));
+    prev = id;
+    if constexpr (std::is_same_v<decltype(f(id)), bool>) {
+      if (!f(id)) break;
+    } else {
+      f(id);
+    }
   }
   return status::success();
 }

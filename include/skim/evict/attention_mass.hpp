@@ -78,11 +78,7 @@ template <element TQ, kv_source KV, block_index Index>
     // Walks the row's visible keys of query t: f(block, key, logit).
     const auto walk = [&](std::int32_t t, std::int32_t g, auto&& f) noexcept -> status {
       const std::int32_t visible = r.visible_keys(t, p.mask);
-      std::int32_t prev = -1;
-      for (auto c = index.cursor(r); !c.done(); c.next()) {
-        const std::int32_t id = c.id();
-        SKIM_TRY(check_block_id(r, id, prev));
-        prev = id;
+      return for_each_block_id(index, r, [&](std::int32_t id) noexcept {
         const std::int32_t end = std::min((id + 1) * p.block_kv, visible);
         for (std::int32_t j = id * p.block_kv; j < end; ++j) {
           const auto* kr = kv.k_row(r.seq, j, kvh);
@@ -91,8 +87,7 @@ template <element TQ, kv_source KV, block_index Index>
           for (std::int32_t e = 0; e < p.head_dim; ++e) dot += static_cast<double>(to_float(qr[e])) * to_float(kr[e]);
           f(id, dot * scale);
         }
-      }
-      return status::success();
+      });
     };
     for (std::int32_t g = first_head; g < first_head + heads; ++g) {
       for (std::int32_t t = r.q_begin; t < r.q_end; ++t) {

@@ -92,11 +92,7 @@ template <block_index Index>
                                       row_cost& out) noexcept {
   out = {};
   const std::int32_t queries = row.q_end - row.q_begin;
-  std::int32_t prev = -1;
-  for (auto c = index.cursor(row); !c.done(); c.next()) {
-    const std::int32_t id = static_cast<std::int32_t>(c.id());
-    SKIM_TRY(check_block_id(row, id, prev));
-    prev = id;
+  return for_each_block_id(index, row, [&](std::int32_t id) noexcept {
     const std::int32_t first = id * p.block_kv;  // < kv_len: id < visible_blocks <= kv_blocks
     const std::int32_t last = first + p.block_kv < row.kv_len ? first + p.block_kv : row.kv_len;
     ++out.tiles;
@@ -107,8 +103,7 @@ template <block_index Index>
       const std::int32_t end = visible < last ? visible : last;
       if (end > first) out.pairs_needed += end - first;
     }
-  }
-  return status::success();
+  });
 }
 
 // Cost of every index row of the problem, added to `totals` only if the whole walk succeeds.

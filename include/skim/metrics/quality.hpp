@@ -110,13 +110,7 @@ template <element TQ, kv_source KV, block_index Index, class F>
         const row_info row = make_row_info(p, row_base, b, i, p.index_head_of(h));
         const std::int32_t kv_head = h / p.group_size();
         selected.assign(static_cast<std::size_t>(row.kv_blocks), 0);
-        std::int32_t prev = -1;
-        for (auto c = index.cursor(row); !c.done(); c.next()) {
-          const std::int32_t id = static_cast<std::int32_t>(c.id());
-          SKIM_TRY(check_block_id(row, id, prev));
-          selected[static_cast<std::size_t>(id)] = 1;
-          prev = id;
-        }
+        SKIM_TRY(for_each_block_id(index, row, [&](std::int32_t id) { selected[static_cast<std::size_t>(id)] = 1; }));
         const auto is_selected = [&](std::int32_t j) { return selected[static_cast<std::size_t>(j / p.block_kv)] != 0; };
 
         for (std::int32_t qi = row.q_begin; qi < row.q_end; ++qi) {

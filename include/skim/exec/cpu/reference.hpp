@@ -57,13 +57,7 @@ struct reference {
 
           // The row's blocks, checked against the contract as they come.
           selected.assign(static_cast<std::size_t>(row.kv_blocks), 0);
-          std::int32_t prev = -1;
-          for (auto c = a.index.cursor(row); !c.done(); c.next()) {
-            const std::int32_t id = static_cast<std::int32_t>(c.id());
-            SKIM_TRY(check_block_id(row, id, prev));
-            selected[static_cast<std::size_t>(id)] = 1;
-            prev = id;
-          }
+          SKIM_TRY(for_each_block_id(a.index, row, [&](std::int32_t id) { selected[static_cast<std::size_t>(id)] = 1; }));
 
           for (std::int32_t qi = row.q_begin; qi < row.q_end; ++qi) {
             const std::int64_t token = static_cast<std::int64_t>(q_first) + qi;

@@ -198,11 +198,7 @@ struct scalar {
       }
     }
 
-    std::int32_t prev = -1;
-    for (auto c = a.index.cursor(row); !c.done(); c.next()) {
-      const std::int32_t id = static_cast<std::int32_t>(c.id());
-      SKIM_TRY(check_block_id(row, id, prev));
-      prev = id;
+    SKIM_TRY(for_each_block_id(a.index, row, [&](std::int32_t id) {
       const std::int32_t k0 = id * p.block_kv;
       const std::int32_t tile_keys = row.kv_len - k0 < p.block_kv ? row.kv_len - k0 : p.block_kv;
 
@@ -234,7 +230,7 @@ struct scalar {
         scalar_detail::score_row(q, t.kt.data(), t.key_stride, dim, n, s);
         scalar_detail::softmax_row(t.state[r], s, n, t.v.data(), t.dim_stride, dim, u);
       }
-    }
+    }));
 
     // o = u / l, lse = m + log l; finish() gives o = 0, lse = -inf for a row that saw no key.
     for (std::int32_t hh = 0; hh < heads; ++hh) {

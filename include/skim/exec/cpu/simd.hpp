@@ -314,14 +314,10 @@ struct simd {
     const std::int64_t pos_first = u.chunks > 1 ? chunk * cb : 0;
     const std::int64_t pos_last = u.chunks > 1 ? pos_first + cb : INT64_MAX;
     std::int64_t pos = 0;
-    std::int32_t prev = -1;
-    for (auto c = index.cursor(u.row); !c.done() && pos < pos_last; c.next(), ++pos) {
-      const std::int32_t id = static_cast<std::int32_t>(c.id());
-      SKIM_TRY(check_block_id(u.row, id, prev));
-      prev = id;
+    return for_each_block_id(index, u.row, [&](std::int32_t id) {
       if (pos >= pos_first) f(id);
-    }
-    return status::success();
+      return ++pos < pos_last;
+    });
   }
 
   // Copies rows [0, rows) of t (state and U) to the shared partials from row `base` on.
