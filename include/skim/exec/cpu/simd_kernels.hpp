@@ -196,6 +196,27 @@ struct kernels {
     for (std::int32_t j = (keys + kg - 1) / kg * kg; j < next_keys; ++j) prefetch_row(kn[j], row_bytes);
   }
 
+  // acc[r][·] += P[r][j] · vv for the mr rows of a block (a row past its own key count n_rows[r]
+  // takes no term when Ragged), then, at the end of a key loop, U = α·U + acc.
+  template <int NV, bool Ragged>
+  SKIM_FORCEINLINE static void fma_rows(batch (&acc)[mr][NV], const batch (&vv)[NV], const float* SKIM_RESTRICT pr,
+                                        std::size_t ks, std::int32_t j, const std::int32_t* n_rows) noexcept {
+    for (int r = 0; r < mr; ++r) {
+      if (Ragged && j >= n_rows[r]) continue;
+      const batch pb(pr[static_cast<std::size_t>(r) * ks + static_cast<std::size_t>(j)]);
+      for (int n = 0; n < NV; ++n) acc[r][n] = fmadd<Arch>(pb, vv[n], acc[r][n]);
+    }
+  }
+  template <int NV>
+  SKIM_FORCEINLINE static void rescale_add(const batch (&acc)[mr][NV], const float* alpha, float* SKIM_RESTRICT u,
+                                           std::size_t ds, std::int32_t e0) noexcept {
+    for (int r = 0; r < mr; ++r) {
+      float* ur = u + static_cast<std::size_t>(r) * ds + e0;
+      const batch a(alpha[r]);
+      for (int n = 0; n < NV; ++n) fmadd<Arch>(a, batch::load_aligned(ur + n * w), acc[r][n]).store_aligned(ur + n * w);
+    }
+  }
+
   // accumulate() with V rows read from the source: U[0..mr)[e0, e0 + NV·w) = α·U + P·V[vp[j]].
   // Partial: the block's last register covers only d - (e0 + (NV-1)·w) columns (read no further).
   // Ragged: rows see different key counts n_rows[r] (a partial tile); a row then takes no term of
@@ -219,17 +240,9 @@ struct kernels {
         if (Partial && n == NV - 1) vv[n] = load_float_partial<Arch>(vj + n * w, d - e0 - n * w);
         else vv[n] = load_float<Arch>(vj + n * w);
       }
-      for (int r = 0; r < mr; ++r) {
-        if (Ragged && j >= n_rows[r]) continue;
-        const batch pb(pr[static_cast<std::size_t>(r) * ks + static_cast<std::size_t>(j)]);
-        for (int n = 0; n < NV; ++n) acc[r][n] = fmadd<Arch>(pb, vv[n], acc[r][n]);
-      }
+      fma_rows<NV, Ragged>(acc, vv, pr, ks, j, n_rows);
     }
-    for (int r = 0; r < mr; ++r) {
-      float* ur = u + static_cast<std::size_t>(r) * ds + e0;
-      const batch a(alpha[r]);
-      for (int n = 0; n < NV; ++n) fmadd<Arch>(a, batch::load_aligned(ur + n * w), acc[r][n]).store_aligned(ur + n * w);
-    }
+    rescale_add<NV>(acc, alpha, u, ds, e0);
   }
 
   // U[0..mr)[e0, e0 + NV·w) = α·U + P[0..mr)[0, keys) · V[0, keys)[e0 ...).
@@ -245,17 +258,9 @@ struct kernels {
     for (std::int32_t j = 0; j < keys; ++j, vj += ds) {
       batch vv[NV];
       for (int n = 0; n < NV; ++n) vv[n] = batch::load_aligned(vj + n * w);
-      for (int r = 0; r < mr; ++r) {
-        if (Ragged && j >= n_rows[r]) continue;
-        const batch pb(pr[static_cast<std::size_t>(r) * ks + static_cast<std::size_t>(j)]);
-        for (int n = 0; n < NV; ++n) acc[r][n] = fmadd<Arch>(pb, vv[n], acc[r][n]);
-      }
+      fma_rows<NV, Ragged>(acc, vv, pr, ks, j, n_rows);
     }
-    for (int r = 0; r < mr; ++r) {
-      float* ur = u + static_cast<std::size_t>(r) * ds + e0;
-      const batch a(alpha[r]);
-      for (int n = 0; n < NV; ++n) fmadd<Arch>(a, batch::load_aligned(ur + n * w), acc[r][n]).store_aligned(ur + n * w);
-    }
+    rescale_add<NV>(acc, alpha, u, ds, e0);
   }
 
   // Calls kernel<NV>(offset) over `vectors` registers: blocks of nv, then the remainder.
