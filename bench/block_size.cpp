@@ -174,23 +174,12 @@ void sparse(benchmark::State& state, std::int32_t n, std::int32_t bk, std::int32
   const skim::problem p = make_problem(cu_q, cu_kv, bk);
   sparse_job<kv_type> job(make_sparse_step(p.kv_blocks(0), share), p, d.h.q.data(), d.k.data(), d.v.data(),
                           d.o.data(), skim::summaries_mode::build);
-  skim::stage_times sum;
-  for (auto _ : state) {
-    const skim::status s = job.run(threads);
-    if (!s.ok()) {
-      state.SkipWithError(s.message());
-      return;
-    }
-    sum += job.times();
-    benchmark::ClobberMemory();
-  }
+  const std::optional<skim::stage_times> timed = time_sparse_steps(state, job, threads);
+  if (!timed) return;
+  const skim::stage_times& sum = *timed;
   const double it = double(state.iterations());
   const double blocks = double(p.kv_blocks(0));
   const double scored = double(p.q_blocks(0)) * blocks;  // per kv head, about: rows × visible blocks
-  state.counters["summarize_s"] = sum.summarize / it;
-  state.counters["score_s"] = sum.score / it;
-  state.counters["select_s"] = sum.select / it;
-  state.counters["execute_s"] = sum.execute / it;
   // Each thread handles one kv head: blocks per second of one thread's stage time.
   state.counters["summarize_blocks_per_s"] = blocks * it / sum.summarize;
   state.counters["score_blocks_per_s"] = scored * it / sum.score;

@@ -74,23 +74,9 @@ void sparse(benchmark::State& state, int threads, std::int32_t n, std::int32_t q
   const bool decode = queries == 1;
   sparse_job<kv_type> job(make_sparse_step(p.kv_blocks(0), share), p, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
                           decode ? skim::summaries_mode::append_newest : skim::summaries_mode::build);
-  skim::stage_times sum;
-  for (auto _ : state) {
-    const skim::status s = job.run(threads);
-    if (!s.ok()) {
-      state.SkipWithError(s.message());
-      return;
-    }
-    sum += job.times();
-    benchmark::ClobberMemory();
-  }
-  const double it = double(state.iterations());
+  if (!time_sparse_steps(state, job, threads)) return;
   const double density = job.density();
   state.counters["density"] = density;
-  state.counters["summarize_s"] = sum.summarize / it;
-  state.counters["score_s"] = sum.score / it;
-  state.counters["select_s"] = sum.select / it;
-  state.counters["execute_s"] = sum.execute / it;
   if (decode) {
     set_rate(state, "bytes", density * 2.0 * n * heads_kv * dim * sizeof(kv_type));
   } else {

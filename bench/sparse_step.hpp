@@ -3,13 +3,15 @@
 // demo's policies — max_bound summaries, pooled_router{mean queries, max over the GQA group},
 // reserved<top_k>{sink 1, local 1, recency} — and the fastest executor this binary is built for,
 // split one kv head per thread like every 2-thread row (common.hpp: head_slice), beside the dense
-// peer: the same executor over every causal block (index::causal_all), split the same way.
+// peer: the same executor over every causal block (index::causal_all), split the same way; and
+// time_sparse_steps(), the timing loop and stage counters both programs share.
 //
 // Budget: a row keeps ceil(kv_blocks / share) blocks (sink and local included), so the share of the
 // causal pairs it reads is about 1/share; the rows report the density they actually got.
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -167,5 +169,29 @@ class sparse_job {
   std::vector<slice> slices_;
   skim::stage_times times_;
 };
+
+// Times job.run(threads) over the benchmark's iterations and sets the per-step means of the stage
+// times as counters (summarize_s, score_s, select_s, execute_s). Returns the summed stage times,
+// or nothing when a run failed (the benchmark is then skipped with its message).
+template <class T>
+[[nodiscard]] std::optional<skim::stage_times> time_sparse_steps(benchmark::State& state, sparse_job<T>& job,
+                                                                 int threads) {
+  skim::stage_times sum;
+  for (auto _ : state) {
+    const skim::status s = job.run(threads);
+    if (!s.ok()) {
+      state.SkipWithError(s.message());
+      return std::nullopt;
+    }
+    sum += job.times();
+    benchmark::ClobberMemory();
+  }
+  const double it = double(state.iterations());
+  state.counters["summarize_s"] = sum.summarize / it;
+  state.counters["score_s"] = sum.score / it;
+  state.counters["select_s"] = sum.select / it;
+  state.counters["execute_s"] = sum.execute / it;
+  return sum;
+}
 
 }  // namespace skim_bench
