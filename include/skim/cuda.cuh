@@ -12,6 +12,7 @@
 
 #include "skim/skim.hpp"
 #include "skim/exec/cuda/common.cuh"
+#include "skim/exec/cuda/ptx.cuh"
 #include "skim/exec/cuda/summarize.cuh"
 #include "skim/exec/cuda/route.cuh"
 #include "skim/exec/cuda/prefill.cuh"

@@ -14,7 +14,7 @@
 // block is read from memory once per kv head; with index_scope::query_head one head × the queries.
 // A split is `chunk_blocks` consecutive ids of the row. 8 warps per CTA share the split's keys; K/V
 // stream through shared memory by cp.async. Two split kernels compute it (decode::kernel):
-//  - decode_kernel::cuda_cores (decode_kernels.cuh): fp32 dot products per key, any 16-bit Q and K/V
+//  - decode_kernel::cuda_cores (decode_simt.cuh): fp32 dot products per key, any 16-bit Q and K/V
 //    types, any GPU; 2 tiles (8 KB) in flight per warp.
 //  - decode_kernel::tensor_cores (decode_mma.cuh): the unit's rows as the M of mma.sync.m16n8k16
 //    (padded to 16), S and P·V on tensor cores, 16 KB in flight per warp; sm_80 and later, Q and K/V
@@ -25,7 +25,7 @@
 // second kernel merges them by LSE in split order. The split structure depends on the index only
 // (never on the GPU or on timing), and every sum runs in a fixed order, so O and lse are
 // bit-identical run to run for a given kernel (automatic picks by the GPU's compute capability:
-// bit-identical across sm_80+ GPUs). Details: decode_kernels.cuh, decode_mma.cuh.
+// bit-identical across sm_80+ GPUs). Details: decode_simt.cuh, decode_mma.cuh.
 //
 // Contracts
 //  - Types: Q and K/V skim::bfloat16 or skim::half (fp32 inside), O the same 16-bit types or float.
@@ -61,7 +61,8 @@
 
 #include "skim/core/status.hpp"
 #include "skim/exec/cuda/common.cuh"
-#include "skim/exec/cuda/decode_kernels.cuh"
+#include "skim/exec/cuda/decode_common.cuh"
+#include "skim/exec/cuda/decode_simt.cuh"
 #include "skim/exec/cuda/decode_mma.cuh"
 
 namespace skim::exec::cuda {
@@ -69,7 +70,7 @@ namespace skim::exec::cuda {
 // Which split kernel decode runs (both compute the same attention; see the header comment).
 enum class decode_kernel {
   automatic,     // tensor_cores on sm_80+ when Q and K/V have one type, else cuda_cores
-  cuda_cores,    // fp32 dot products and shuffles per key (decode_kernels.cuh)
+  cuda_cores,    // fp32 dot products and shuffles per key (decode_simt.cuh)
   tensor_cores,  // mma.sync.m16n8k16 (decode_mma.cuh); run() reports unsupported where it does not apply
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 // The tensor-core split kernel of skim::exec::cuda::decode (decode_kernel::tensor_cores; decode.cuh
-// holds the host API, decode_kernels.cuh the CUDA-core kernel, the merge kernel and the parts both
-// split kernels share). sm_80 and later; Q and K/V of one 16-bit type; head_dim 64 or 128.
+// holds the host API, decode_simt.cuh the CUDA-core kernel, decode_common.cuh the merge kernel and
+// the parts both split kernels share). sm_80 and later; Q and K/V of one 16-bit type; head_dim 64 or 128.
 //
 // Same grid, units, splits, workspace partials and merge as the CUDA-core kernel: one CTA per
 // (split, unit), the split's partial (m, l, o) or O and lse written by write_rows, so the merge
@@ -45,7 +45,7 @@
 #include <type_traits>
 
 #include "skim/exec/cuda/common.cuh"
-#include "skim/exec/cuda/decode_kernels.cuh"
+#include "skim/exec/cuda/decode_common.cuh"
 #include "skim/exec/cuda/prefill_sm80.cuh"
 
 namespace skim::exec::cuda::decode_detail::mma {

@@ -32,6 +32,7 @@
 #include <utility>
 
 #include "skim/exec/cuda/common.cuh"
+#include "skim/exec/cuda/ptx.cuh"
 
 namespace skim::exec::cuda::detail::prefill_sm80 {
 
@@ -76,83 +77,19 @@ template <int D, int BQ, int BK>
 inline constexpr std::size_t smem_bytes = static_cast<std::size_t>(BQ + 4 * BK) * D * 2 + tile_alignment;  // Q + 2 x (K, V)
 
 // ---------------------------------------------------------------------------------------------
-// PTX wrappers
+// PTX wrappers (ptx.cuh; decode's kernels use the same ones)
 
-[[nodiscard]] __device__ __forceinline__ std::uint32_t smem_u32(const void* p) noexcept {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src) noexcept {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() noexcept { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() noexcept {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void zero_16(std::uint32_t dst) noexcept {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0u) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) noexcept {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t addr) noexcept {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// c += a · b on one 16x8x16 tile, fp32 accumulation.
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                          std::uint32_t b1) noexcept {
-  if constexpr (std::is_same_v<T, skim::bfloat16>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// f(std::integral_constant<int, 0>{}) ... f(std::integral_constant<int, N - 1>{}): unrolled, with
-// the index usable as a template argument.
-template <class F, int... I>
-__device__ __forceinline__ void static_for_each(F& f, std::integer_sequence<int, I...>) noexcept {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, class F>
-__device__ __forceinline__ void static_for(F&& f) noexcept {
-  static_for_each(f, std::make_integer_sequence<int, N>{});
-}
-
-// 2^x; ex2.approx(-inf) = +0, which masked scores rely on.
-[[nodiscard]] __device__ __forceinline__ float exp2_approx(float x) noexcept {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Two floats rounded to T, lo in the low half (the lower column of a fragment pair).
-template <class T>
-[[nodiscard]] __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) noexcept {
-  if constexpr (std::is_same_v<T, skim::bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const std::uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const std::uint32_t*>(&v);
-  }
-}
+using skim::cuda::ptx::cp_async_16;
+using skim::cuda::ptx::cp_async_commit;
+using skim::cuda::ptx::cp_async_wait;
+using skim::cuda::ptx::exp2_approx;
+using skim::cuda::ptx::ldmatrix_x4;
+using skim::cuda::ptx::ldmatrix_x4_trans;
+using skim::cuda::ptx::mma_16816;
+using skim::cuda::ptx::pack2;
+using skim::cuda::ptx::smem_u32;
+using skim::cuda::ptx::static_for;
+using skim::cuda::ptx::zero_16;
 
 // Element offset of chunk `chunk` of row `row` in a swizzled [rows][D] tile.
 template <int D>
