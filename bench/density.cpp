@@ -1,25 +1,31 @@
 // skim_bench_density — at which length and density does the sparse step beat dense attention?
 //
-// Cost model. Dense attention over every causal block costs ~4·n_q·N·d·heads_q flops (prefill of a
-// chunk of n_q queries over N keys) or reads all 2·N·heads_kv·d K/V elements (decode). The sparse
-// step pays for routing before it executes: summarize O(N·d) per kv head (prefill rebuilds the
-// summaries of all N keys every step here, an upper bound: an engine keeping them appends only the
-// chunk; decode appends the newest key), score O((N/bk)·d·heads_q) per query block (one pooled
-// query per head against each block's summary), select O(N/bk) per row, then executes
-// density·(dense work). So sparse wins when density + routing/dense < 1, and routing/dense
-// ~ (N/bk)·d / (n_q·N·d) = 1/(bk·bq) per query block in prefill but ~1/bk in decode (one query
-// per row pays for a whole scoring pass): at short N or high density dense wins.
+// Cost model. Dense attention over every causal block costs ~4·n_q·N·d·heads_q flops (prefill of
+// n_q queries over N keys) or reads all 2·N·heads_kv·d K/V elements (decode). The sparse step pays
+// for routing before it executes: summarize O(N·d) per kv head (prefill rebuilds the summaries of
+// all N keys every step here, an upper bound: an engine keeping them appends only the chunk; decode
+// appends the newest key), score O((N/bk)·d·heads_q) per query block (one pooled query per head
+// against each block's summary), select O(N/bk) per row, then executes density·(dense work). So
+// sparse wins when density + routing/dense < 1, and routing/dense ~ (N/bk)·d / (n_q·N·d) =
+// 1/(bk·bq) per query block in prefill but ~1/bk in decode (one query per row pays for a whole
+// scoring pass): at short N or high density dense wins.
 //
 // Rows (bq = 64, bk = 64, head dim 128, 8 query heads, 2 kv heads, Q fp32, K/V fp16, structured data):
-//   prefill/step:sparse/exec:E/threads:2/sel:1/S/N:N   chunked prefill, the last 512 queries over N keys
-//   prefill/step:dense/exec:E/threads:2/N:N            the same executor over every causal block
-//   decode/step:sparse/exec:E/threads:T/sel:1/S/N:N    one query over N keys (summaries kept, append_newest)
-//   decode/step:dense/exec:E/threads:T/N:N             T = 1 and 2 (one kv head per thread)
+//   prefill/step:sparse/exec:E/threads:2/kv:L/sel:1/S/N:N   chunked prefill, the last 512 queries over N keys
+//   prefill/step:dense/exec:E/threads:2/kv:L/N:N            the same executor over every causal block
+//   prefill_full/step:…/N:N                                 a whole causal prefill: N queries over N keys
+//   decode/step:sparse/exec:E/threads:T/kv:L/sel:1/S/N:N    one query over N keys (summaries kept, append_newest)
+//   decode/step:dense/exec:E/threads:T/kv:L/N:N             T = 1 and 2 (one kv head per thread)
+// kv:L is the K/V layout both rows of a pair read: HND (head-major [heads_kv, tokens, dim]) or
+// NHD (token-major [tokens, heads_kv, dim]); decode runs both (the sparse step's selections are per
+// kv head, and on NHD a per-head read uses half of every line pair the hardware pulls in:
+// docs/performance.md), prefill HND only (its tiles are compute-bound).
 // Counters: flops (prefill, rate over the pairs read) or bytes (decode, K+V bytes of the blocks read),
 // density (share of the causal pairs selected), and the stage times of the sparse step in seconds
 // (summarize, score, select, execute; means per step). Compare a sparse row with the dense row of the
 // same N: bench/plot.py draws time(sparse)/time(dense) and the crossover.
-// Default lengths: prefill 4K..32K, decode 4K..128K; --skim_max_n=65536 (or more) adds longer prefill.
+// Default lengths: prefill and prefill_full 4K..32K, decode 4K..128K; --skim_max_n=65536 (or more)
+// adds longer prefill. A prefill_full dense row at N = 32768 takes several seconds per iteration.
 
 #include <benchmark/benchmark.h>
 
@@ -67,13 +73,14 @@ skim::problem make_problem(const std::int32_t (&cu_q)[2], const std::int32_t (&c
           .mask = skim::mask_kind::causal, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
 }
 
-void sparse(benchmark::State& state, int threads, std::int32_t n, std::int32_t queries, std::int32_t share) {
+void sparse(benchmark::State& state, int threads, kv_layout layout, std::int32_t n, std::int32_t queries,
+            std::int32_t share) {
   tensors& d = data(n, queries);
   const std::int32_t cu_q[2] = {0, queries}, cu_kv[2] = {0, n};
   const skim::problem p = make_problem(cu_q, cu_kv);
   const bool decode = queries == 1;
   sparse_job<kv_type> job(make_sparse_step(p.kv_blocks(0), share), p, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
-                          decode ? skim::summaries_mode::append_newest : skim::summaries_mode::build);
+                          decode ? skim::summaries_mode::append_newest : skim::summaries_mode::build, layout);
   if (!time_sparse_steps(state, job, threads)) return;
   const double density = job.density();
   state.counters["density"] = density;
@@ -84,7 +91,7 @@ void sparse(benchmark::State& state, int threads, std::int32_t n, std::int32_t q
   }
 }
 
-void dense(benchmark::State& state, int threads, std::int32_t n, std::int32_t queries) {
+void dense(benchmark::State& state, int threads, kv_layout layout, std::int32_t n, std::int32_t queries) {
   tensors& d = data(n, queries);
   const std::int32_t cu_q[2] = {0, queries}, cu_kv[2] = {0, n};
   const skim::problem p = make_problem(cu_q, cu_kv);
@@ -92,7 +99,7 @@ void dense(benchmark::State& state, int threads, std::int32_t n, std::int32_t qu
   // rows differ only in what they compute.
   executor_job<step_executor, kv_type, skim::index::causal_all> job(
       step_executor{}, p, d.q.data(), d.k.data(), d.v.data(), d.o.data(), threads,
-      [](const skim::problem&, int) { return skim::index::causal_all{}; }, thread_split::kv_heads);
+      [](const skim::problem&, int) { return skim::index::causal_all{}; }, thread_split::kv_heads, layout);
   for (auto _ : state) {
     const skim::status s = job.run();
     if (!s.ok()) {
@@ -113,23 +120,33 @@ void dense(benchmark::State& state, int threads, std::int32_t n, std::int32_t qu
 
 int main(int argc, char** argv) {
   const std::int32_t max_n = take_max_n_flag(argc, argv, 32768);
-  for (const bool decode : {false, true}) {
-    const std::string mode = decode ? "decode" : "prefill";
+  enum class mode { prefill, prefill_full, decode };
+  for (const mode m : {mode::prefill, mode::prefill_full, mode::decode}) {
+    const bool decode = m == mode::decode;
+    const std::string name = m == mode::prefill ? "prefill" : m == mode::prefill_full ? "prefill_full" : "decode";
     const std::int32_t longest = decode ? std::max(max_n, 131072) : max_n;
     // Decode also on one thread: a step of a few hundred microseconds on two threads waits for the
     // slower one, and on a shared machine that one is often descheduled; one thread is the robust figure.
     for (const int threads : decode ? std::vector<int>{1, 2} : std::vector<int>{2}) {
-      const std::string exec = std::string("/exec:") + step_executor_name + "/threads:" + std::to_string(threads);
-      for (std::int32_t n = 4096; n <= longest; n *= 2) {
-        const std::int32_t queries = decode ? 1 : chunk;
-        benchmark::RegisterBenchmark((mode + "/step:dense" + exec + "/N:" + std::to_string(n)).c_str(),
-                                     [=](benchmark::State& s) { dense(s, threads, n, queries); })
-            ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(decode ? 0.1 : 0.2);
-        for (const std::int32_t share : {2, 4, 8, 16, 32}) {
-          benchmark::RegisterBenchmark((mode + "/step:sparse" + exec + "/sel:1/" + std::to_string(share) + "/N:" +
-                                        std::to_string(n)).c_str(),
-                                       [=](benchmark::State& s) { sparse(s, threads, n, queries, share); })
-              ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(decode ? 0.1 : 0.2);
+      for (const kv_layout layout : decode ? std::vector{kv_layout::head_major, kv_layout::token_major}
+                                           : std::vector{kv_layout::head_major}) {
+        const std::string exec = std::string("/exec:") + step_executor_name + "/threads:" + std::to_string(threads) +
+                                 (layout == kv_layout::head_major ? "/kv:HND" : "/kv:NHD");
+        for (std::int32_t n = 4096; n <= longest; n *= 2) {
+          const std::int32_t queries = decode ? 1 : m == mode::prefill ? chunk : n;
+          // A whole prefill runs up to seconds per step: one iteration (repetitions give the median).
+          const auto timing = [&](benchmark::internal::Benchmark* b) {
+            b->Unit(benchmark::kMillisecond)->UseRealTime();
+            if (m == mode::prefill_full) b->Iterations(1);
+            else b->MinTime(decode ? 0.1 : 0.2);
+          };
+          timing(benchmark::RegisterBenchmark((name + "/step:dense" + exec + "/N:" + std::to_string(n)).c_str(),
+                                              [=](benchmark::State& s) { dense(s, threads, layout, n, queries); }));
+          for (const std::int32_t share : {2, 4, 8, 16, 32}) {
+            timing(benchmark::RegisterBenchmark(
+                (name + "/step:sparse" + exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n)).c_str(),
+                [=](benchmark::State& s) { sparse(s, threads, layout, n, queries, share); }));
+          }
         }
       }
     }

@@ -253,21 +253,21 @@ def block_size(rows, img, plt):
 # --------------------------------------------------------------------------------------------
 def density(rows, img, plt):
     out = {}
-    for mode, threads in sorted({(k, f["threads"]) for k, f, _ in rows if "step" in f},
-                                key=lambda x: (x[0] != "prefill", x[1])):
-        dn = {int(f["N"]): seconds(b) for k, f, b in rows
-              if k == mode and f["threads"] == threads and f.get("step") == "dense"}
-        sp = [(int(f["N"]), share(f["sel"]), b) for k, f, b in rows
-              if k == mode and f["threads"] == threads and f.get("step") == "sparse"]
+    order = {"prefill": 0, "prefill_full": 1, "decode": 2}
+    groups = {(k, f["threads"], f.get("kv", "NHD")) for k, f, _ in rows if "step" in f}
+    for mode, threads, kv in sorted(groups, key=lambda x: (order.get(x[0], 3), x[1], x[2])):
+        mine = [(f, b) for k, f, b in rows if k == mode and f["threads"] == threads and f.get("kv", "NHD") == kv]
+        dn = {int(f["N"]): seconds(b) for f, b in mine if f.get("step") == "dense"}
+        sp = [(int(f["N"]), share(f["sel"]), b) for f, b in mine if f.get("step") == "sparse"]
         if not sp:
             continue
-        mode = f"{mode}, {threads} thread" + ("s" if threads != "1" else "")
+        what = {"prefill": "chunk of 512 queries", "prefill_full": "whole causal prefill"}.get(mode, "one query")
+        mode = f"{mode}, {threads} thread" + ("s" if threads != "1" else "") + f", K/V {kv}"
         ns = sorted({n for n, _, _ in sp})
         shares = sorted({s for _, s, _ in sp})
         ratio = {(n, s): seconds(b) / dn[n] for n, s, b in sp if n in dn}
         dens = {(n, s): b["density"] for n, s, b in sp}
         out[mode] = (ns, shares, ratio, dens, dn)
-        what = "chunk of 512 queries" if mode.startswith("prefill") else "one query"
         print(f"### Density crossover, {mode} ({what}): sparse step time / dense time (medians; < 1: sparse wins)\n")
         hdr = ["N", "dense ms"] + [f"1/{s}" for s in shares]
         body = [[n, f"{dn[n] * 1e3:.2f}" if n in dn else ""] +
@@ -278,8 +278,12 @@ def density(rows, img, plt):
             print("Sparse loses (ratio >= 1) at: " + ", ".join(f"N={n} budget 1/{s}" for n, s in sorted(losses)) + "\n")
     if plt is None or not out:
         return
-    fig, axes = plt.subplots(1, len(out), figsize=(6 * len(out), 4), squeeze=False)
-    for ax, (mode, (ns, shares, ratio, dens, dn)) in zip(axes[0], out.items()):
+    cols = min(len(out), 3)
+    rows_ = (len(out) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_, cols, figsize=(6 * cols, 4 * rows_), squeeze=False)
+    for ax in axes.flat[len(out):]:
+        ax.axis("off")
+    for ax, (mode, (ns, shares, ratio, dens, dn)) in zip(axes.flat, out.items()):
         for s in shares:
             pts = [(n, ratio[(n, s)]) for n in ns if (n, s) in ratio]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"budget 1/{s}")

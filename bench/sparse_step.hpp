@@ -74,13 +74,17 @@ class sparse_job {
 
   // q [n_q, heads_q, dim] fp32, k, v [n_kv, heads_kv, dim], o [n_q, heads_q, dim]; p the whole problem.
   sparse_job(const sparse_step& step, const skim::problem& p, const float* q, const T* k, const T* v, float* o,
-             skim::summaries_mode mode)
+             skim::summaries_mode mode, kv_layout layout = kv_layout::token_major)
       : step_(step), mode_(mode), slices_(std::size_t(p.heads_kv)) {
     const std::int32_t nq = p.tokens_q(), nkv = p.tokens_kv();
     const auto qv = skim::strided_view<const float>::token_major(q, nq, p.heads_q, p.head_dim);
     const auto ov = skim::strided_view<float>::token_major(o, nq, p.heads_q, p.head_dim);
-    const auto kv = skim::strided_view<const T>::token_major(k, nkv, p.heads_kv, p.head_dim);
-    const auto vv = skim::strided_view<const T>::token_major(v, nkv, p.heads_kv, p.head_dim);
+    const auto kv_view = [&](const T* x) {
+      return layout == kv_layout::head_major ? skim::strided_view<const T>::head_major(x, nkv, p.heads_kv, p.head_dim)
+                                             : skim::strided_view<const T>::token_major(x, nkv, p.heads_kv, p.head_dim);
+    };
+    const auto kv = kv_view(k);
+    const auto vv = kv_view(v);
     for (std::int32_t g = 0; g < p.heads_kv; ++g) {
       slice& s = slices_[std::size_t(g)];
       s.prob = slice_problem(p);
