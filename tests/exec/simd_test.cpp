@@ -436,6 +436,43 @@ TEST_CASE("simd reports a bad block id as a status, per id, like scalar") {
   });
 }
 
+TEST_CASE("simd: a split decode row checks every chunk's ids, each against the one before it") {
+  std::mt19937 rng(0xc0ffee);
+  case_spec spec;
+  spec.heads_q = 2;
+  spec.heads_kv = 1;
+  spec.head_dim = 16;
+  spec.seqs = {{1, 300}};  // one decode row of 19 blocks of 16 keys
+  const random_case<float, float> c(spec, rng);
+  const problem p = c.prob();
+  output<float> o(spec, c.tokens_q());
+  // Chunks of 2 blocks (positions 0-1, 2-3, ...). Position 7 (chunk 3's second id) goes back to
+  // block 5, and position 8 (chunk 4's first id) is fine after it: chunk 4 must still see the 5
+  // before it, and the item of chunk 3 catches 7 -> 5.
+  for (const auto& [ids, where] : {std::pair{std::vector<std::int32_t>{0, 1, 2, 3, 4, 6, 7, 5, 8, 9, 18}, "chunk 3"},
+                                   std::pair{std::vector<std::int32_t>{0, 1, 2, 3, 4, 6, 7, 8, 8, 9, 18}, "chunk 4"},
+                                   std::pair{std::vector<std::int32_t>{0, 1, 2, 3, 4, 6, 7, 8, 9, 19}, "the end"}}) {
+    INFO("bad id at " << std::string(where));
+    const std::vector<std::int32_t> row_ptr{0, static_cast<std::int32_t>(ids.size())};
+    const index::block_csr bad{row_ptr, ids};
+    for_each_arch([&]<class Arch>() {
+      exec::simd<Arch> e;
+      e.decode_chunk_keys = 32;
+      attention_args<float, contiguous_kv<float>, index::block_csr, float> a{
+          .prob = p, .q = c.q_view(), .kv = c.contiguous(), .index = bad, .o = o.view, .lse = o.lse};
+      aligned_workspace ws(e.workspace_bytes(p));
+      REQUIRE(e.item_count(p) == 10);
+      status first_bad;  // run_items skips validate(): the per-id checks of some item must stop it
+      for (std::int64_t i = 0; i < e.item_count(p); ++i) {
+        const status s = e.run_items(a, ws.bytes, i, i + 1);
+        if (first_bad.ok() && !s.ok()) first_bad = s;
+      }
+      CHECK(first_bad.code() == status_code::invalid_index);
+      MESSAGE(std::string(first_bad.message()));
+    });
+  }
+}
+
 TEST_CASE("simd matches reference on int8 K/V with a scale per (block, kv head)") {
   for (int i = 0; i < scaled(30); ++i) {
     const std::uint32_t seed = 0x18a0u + static_cast<std::uint32_t>(i);

@@ -6,6 +6,9 @@
 //  2. id() is the current block id, valid while !done();
 //  3. next() advances; ids come strictly ascending (sorted, unique) for a valid index.
 //
+// A cursor may also be a skippable_cursor: skip(n) advances n >= 0 ids in O(1) (explicit rows and
+// id ranges), so a walk that needs only a window of a row (a decode chunk) starts there.
+//
 // A block_index gives a cursor for any row of a problem:
 //  1. cursor(row_info) -> block_cursor, reading nothing outside the index's own storage even for
 //     an invalid index (row numbers beyond the storage are the caller's duty: validate first);
@@ -32,6 +35,9 @@ concept block_cursor = std::copyable<C> && requires(C& c, const C& cc) {
   c.next();
 };
 
+template <class C>
+concept skippable_cursor = block_cursor<C> && requires(C& c, std::int64_t n) { c.skip(n); };
+
 template <class I>
 concept block_index = std::copyable<I> && requires(const I& index, const row_info& r, const problem& p) {
   { index.cursor(r) } -> block_cursor;
@@ -47,8 +53,11 @@ struct range_cursor {
   [[nodiscard]] constexpr bool done() const noexcept { return first >= last; }
   [[nodiscard]] constexpr std::int32_t id() const noexcept { return first; }
   constexpr void next() noexcept { ++first; }
+  constexpr void skip(std::int64_t n) noexcept {
+    first = n < static_cast<std::int64_t>(last) - first ? first + static_cast<std::int32_t>(n) : last;
+  }
 };
-static_assert(block_cursor<range_cursor>);
+static_assert(skippable_cursor<range_cursor>);
 
 }  // namespace index
 }  // namespace skim

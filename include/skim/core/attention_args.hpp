@@ -166,13 +166,33 @@ template <element TQ, kv_source KV, block_index Index, element TO>
 // Walks index row `row` in order, checking each id (check_block_id) before f(id) sees it, and
 // returns the first bad id's status. f returns void, or bool: false stops the walk (a caller
 // that needs only a window of the row).
+//
+// With first > 0 the walk starts at the row's id number `first` (ids before it are not given to
+// f). A skippable cursor jumps there and checks only the id before it (as `prev` of the first
+// one); any other cursor walks, checking, from the start. A row's windows that cover it together
+// (the chunks of a split decode row) thus check every id, each against its predecessor.
 template <class Index, class F>
-[[nodiscard]] status for_each_block_id(const Index& index, const row_info& row, F&& f) {
+[[nodiscard]] status for_each_block_id(const Index& index, const row_info& row, F&& f, std::int64_t first = 0) {
   std::int32_t prev = -1;
-  for (auto c = index.cursor(row); !c.done(); c.next()) {
+  auto c = index.cursor(row);
+  std::int64_t pos = 0;
+  if constexpr (skippable_cursor<decltype(c)>) {
+    if (first > 1) {
+      c.skip(first - 1);
+      pos = first - 1;
+      if (!c.done()) {  // the id before the window: checked against the row only, then `prev`
+        prev = static_cast<std::int32_t>(c.id());
+        SKIM_TRY(check_block_id(row, prev, -1));
+        c.next();
+        ++pos;
+      }
+    }
+  }
+  for (; !c.done(); c.next(), ++pos) {
     const auto id = static_cast<std::int32_t>(c.id());
     SKIM_TRY(check_block_id(row, id, prev));
     prev = id;
+    if (pos < first) continue;
     if constexpr (std::is_same_v<decltype(f(id)), bool>) {
       if (!f(id)) break;
     } else {

@@ -97,6 +97,8 @@ struct span_cursor {
   [[nodiscard]] constexpr bool done() const noexcept { return p == e; }
   [[nodiscard]] constexpr std::int32_t id() const noexcept { return *p; }
   constexpr void next() noexcept { ++p; }
+  // Advances n >= 0 ids at once (at most to the end).
+  constexpr void skip(std::int64_t n) noexcept { p = n < e - p ? p + n : e; }
 };
 
 }  // namespace detail

@@ -305,19 +305,24 @@ struct simd {
     return s;
   }
 
-  // Calls f(id) for each selected id of chunk `chunk` of unit u; every id of the row up to the
-  // chunk's end is checked against the row (ascending, visible), so a bad index costs a status.
+  // Calls f(id) for each selected id of chunk `chunk` of unit u. Ids are checked against the row
+  // (ascending, visible) as they are walked (for_each_block_id), so a bad index costs a status;
+  // explicit rows (block_table, block_csr) and id ranges start at the chunk's first id, others walk
+  // from the row's start.
   template <class Index, class F>
   [[nodiscard]] status for_each_id(const Index& index, const problem& p, const unit& u, std::int32_t chunk,
                                    F&& f) const noexcept {
     const std::int64_t cb = chunk_blocks(p);
     const std::int64_t pos_first = u.chunks > 1 ? chunk * cb : 0;
     const std::int64_t pos_last = u.chunks > 1 ? pos_first + cb : INT64_MAX;
-    std::int64_t pos = 0;
-    return for_each_block_id(index, u.row, [&](std::int32_t id) {
-      if (pos >= pos_first) f(id);
-      return ++pos < pos_last;
-    });
+    std::int64_t pos = pos_first;
+    return for_each_block_id(
+        index, u.row,
+        [&](std::int32_t id) {
+          f(id);
+          return ++pos < pos_last;
+        },
+        pos_first);
   }
 
   // Copies rows [0, rows) of t (state and U) to the shared partials from row `base` on.
