@@ -1,6 +1,7 @@
 // skim::exec::cuda::prefill against exec::reference (CPU, double) on the same random cases and
 // the same host-built selections: every supported tile shape, bf16 and fp16, fp32 and 16-bit
-// outputs, contiguous and paged K/V, block_table and block_csr, both index scopes, GQA 1/4/8,
+// outputs, contiguous and paged K/V, block_table and block_csr, the implicit indices (causal_all,
+// sink + window) and unions of a table or CSR with a sink and a window, both index scopes, GQA 1/4/8,
 // varlen batches with empty sequences, partial query and key blocks, q_len < kv_len (prefix
 // caching), q_len == kv_len, q_len > kv_len, causal and no mask. Outputs are NaN-poisoned with a
 // guard past their end, so a row not written or a write past the view fails. Cases named *small*
@@ -14,11 +15,16 @@
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/support.cuh"
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/exec/cuda/prefill.cuh"
+#include "skim/index/block_union.hpp"
+#include "skim/index/causal_all.hpp"
+#include "skim/index/sink.hpp"
+#include "skim/index/sliding_window.hpp"
 #include "support/compare.hpp"
 #include "support/executor_cases.hpp"
 #include "support/random_case.hpp"
@@ -126,10 +132,10 @@ bool all_ones(const std::vector<T>& v, std::size_t from) {
   return std::all_of(bytes + from * sizeof(T), bytes + v.size() * sizeof(T), [](unsigned char c) { return c == 0xff; });
 }
 
-// Runs prefill on the device with the case's K/V storage (spec.paged) and the given index form.
-template <class TO, class T>
-device_result<TO> run_prefill(const random_case<T, T>& c, tc::device_case<T, T>& dc, const device_index& idx,
-                              index_form form) {
+// Runs prefill on the device with the case's K/V storage (spec.paged) and the given device index
+// (any of index.cuh).
+template <class TO, class T, class Index>
+device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, T>& dc, const Index& index) {
   const case_spec& s = c.spec;
   const std::size_t o_elems = static_cast<std::size_t>(c.tokens_q()) * s.heads_q * s.head_dim;
   const std::size_t lse_elems = static_cast<std::size_t>(c.tokens_q()) * s.heads_q;
@@ -146,8 +152,8 @@ device_result<TO> run_prefill(const random_case<T, T>& c, tc::device_case<T, T>&
   const skim::cuda::device_view<const T> q{or_dummy(dc.q.data(), no_tokens.data()), qv.token_stride, qv.head_stride};
   const skim::cuda::device_view<TO> ov{o.data(), layout.view.token_stride, layout.view.head_stride};
 
-  const auto go = [&](auto kv, auto index) {
-    const skim::cuda::device_attention_args<T, decltype(kv), decltype(index), TO> a{
+  const auto go = [&](auto kv) {
+    const skim::cuda::device_attention_args<T, decltype(kv), Index, TO> a{
         .prob = dc.prob(s), .q = q, .kv = kv, .index = index, .o = ov, .lse = lse.data()};
     const exec::cuda::prefill e;
     REQUIRE(e.workspace_bytes(a.prob) == 0);
@@ -156,22 +162,15 @@ device_result<TO> run_prefill(const random_case<T, T>& c, tc::device_case<T, T>&
     REQUIRE(st.ok());
     SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
   };
-  const auto with_index = [&](auto kv) {
-    if (form == index_form::csr) {
-      go(kv, idx.csr());
-    } else {
-      go(kv, idx.table());
-    }
-  };
   if (s.paged) {
     auto kv = dc.paged(c);
     kv.page_indices = or_dummy(kv.page_indices, no_pages.data());
-    with_index(kv);
+    go(kv);
   } else {
     auto kv = dc.contiguous(s);
     kv.k = or_dummy(kv.k, no_tokens.data());
     kv.v = or_dummy(kv.v, no_tokens.data());
-    with_index(kv);
+    go(kv);
   }
 
   device_result<TO> r;
@@ -184,14 +183,26 @@ device_result<TO> run_prefill(const random_case<T, T>& c, tc::device_case<T, T>&
   return r;
 }
 
-// The reference's O and lse on the case's contiguous K/V and the CSR selection.
+// The same with a stored selection in the given form.
 template <class TO, class T>
-void run_reference(const random_case<T, T>& c, const csr_storage& csr, output<TO>& ref) {
-  attention_args<T, contiguous_kv<T>, index::block_csr, TO> a{
-      .prob = c.prob(), .q = c.q_view(), .kv = c.contiguous(), .index = csr.view(), .o = ref.view, .lse = ref.lse};
+device_result<TO> run_prefill(const random_case<T, T>& c, tc::device_case<T, T>& dc, const device_index& idx,
+                              index_form form) {
+  return form == index_form::csr ? run_prefill_on<TO>(c, dc, idx.csr()) : run_prefill_on<TO>(c, dc, idx.table());
+}
+
+// The reference's O and lse on the case's contiguous K/V and a CPU index (any skim::block_index).
+template <class TO, class T, class Index>
+void run_reference_on(const random_case<T, T>& c, const Index& index, output<TO>& ref) {
+  attention_args<T, contiguous_kv<T>, Index, TO> a{
+      .prob = c.prob(), .q = c.q_view(), .kv = c.contiguous(), .index = index, .o = ref.view, .lse = ref.lse};
   const status st = run_executor(exec::reference{}, a);
   INFO("reference: " << std::string(st.message()));
   REQUIRE(st.ok());
+}
+
+template <class TO, class T>
+void run_reference(const random_case<T, T>& c, const csr_storage& csr, output<TO>& ref) {
+  run_reference_on(c, csr.view(), ref);
 }
 
 // Compares a device result with the reference's output, row by row.
@@ -236,6 +247,60 @@ case_spec small_spec(std::int32_t d, std::int32_t bq, std::int32_t bk, std::int3
   s.paged = paged;
   s.page_size = 16;
   return s;
+}
+
+// Implicit indices and unions, each as a CPU index (the reference's) and the device index built
+// from the same numbers: dense (causal_all), sink + window, and a routed selection (table or CSR)
+// with a sink and a window, merged on the fly.
+enum class implicit_kind { causal_all, sink_window, table_sink_window, csr_sink_window };
+
+const char* name_of(implicit_kind k) {
+  switch (k) {
+    case implicit_kind::causal_all: return "causal_all";
+    case implicit_kind::sink_window: return "sink + window";
+    case implicit_kind::table_sink_window: return "table + sink + window";
+    default: return "csr + sink + window";
+  }
+}
+
+// Calls f(cpu_index, device_index) for the kind, over `csr` / `idx` (the same selection).
+template <class F>
+void with_implicit(implicit_kind kind, std::int32_t sink, std::int32_t window, const csr_storage& csr,
+                   const device_index& idx, F&& f) {
+  namespace sc = skim::cuda;
+  const index::sink cs{sink};
+  const index::sliding_window cw{window};
+  const sc::device_sink ds{sink};
+  const sc::device_sliding_window dw{window};
+  switch (kind) {
+    case implicit_kind::causal_all: f(index::causal_all{}, sc::device_causal_all{}); break;
+    case implicit_kind::sink_window: f(index::make_union(cs, cw), sc::make_device_union(ds, dw)); break;
+    case implicit_kind::table_sink_window:
+      f(index::make_union(csr.view(), cs, cw), sc::make_device_union(idx.table(), ds, dw));
+      break;
+    default: f(index::make_union(csr.view(), cs, cw), sc::make_device_union(idx.csr(), ds, dw)); break;
+  }
+}
+
+// One random case over an implicit index: reference over the CPU index, device run over the
+// device one, comparison, error word 0. bf16 only (each index type is a kernel of its own).
+template <class TO>
+void check_implicit_case(const case_spec& spec, std::mt19937& rng, implicit_kind kind, std::int32_t sink,
+                         std::int32_t window) {
+  const random_case<bf16, bf16> c(spec, rng);
+  const problem p = c.prob();
+  const csr_storage csr = random_selection(p, rng, 0.2);
+  INFO(spec.describe() << ", " << name_of(kind) << ", sink " << sink << ", window " << window);
+  tc::device_case<bf16, bf16> dc(c);
+  const device_index idx(csr, uniform(rng, 0, 2));
+  with_implicit(kind, sink, window, csr, idx, [&](const auto& cpu, const auto& dev) {
+    REQUIRE(cpu.validate(p).ok());
+    output<TO> ref(spec, c.tokens_q());
+    run_reference_on(c, cpu, ref);
+    const device_result<TO> got = run_prefill_on<TO>(c, dc, dev);
+    check_against(c, got, ref);
+    CHECK(got.error_bits == 0u);
+  });
 }
 
 }  // namespace
@@ -385,6 +450,99 @@ TEST_CASE("prefill small bad input: ids, order, counts and pages are skipped and
   }
 }
 
+TEST_CASE("prefill small implicit indices: causal_all, sink + window, table/CSR + sink + window") {
+  // Partial blocks, an empty sequence, q_len > kv_len, GQA, paged and contiguous, both masks.
+  std::mt19937 rng(0x51e0u);
+  const std::vector<sequence_lengths> seqs{{70, 130}, {0, 5}, {64, 64}, {9, 3}};
+  check_implicit_case<float>(small_spec(64, 64, 64, 4, 1, seqs), rng, implicit_kind::causal_all, 0, 0);
+  check_implicit_case<bf16>(small_spec(128, 64, 64, 2, 2, seqs, mask_kind::none, true), rng,
+                            implicit_kind::causal_all, 0, 0);
+  check_implicit_case<float>(small_spec(64, 64, 64, 8, 1, {{300, 333}, {0, 0}}), rng, implicit_kind::sink_window, 1, 2);
+  check_implicit_case<float>(small_spec(64, 128, 64, 2, 1, seqs, mask_kind::none, true), rng,
+                             implicit_kind::sink_window, 2, 1);
+  check_implicit_case<float>(small_spec(64, 64, 64, 4, 2, {{200, 260}, {0, 7}}), rng, implicit_kind::table_sink_window,
+                             1, 1);
+  check_implicit_case<bf16>(small_spec(128, 64, 128, 2, 1, seqs, mask_kind::causal, true), rng,
+                            implicit_kind::csr_sink_window, 1, 2);
+  check_implicit_case<float>(small_spec(64, 64, 64, 1, 1, {{129, 129}}), rng, implicit_kind::sink_window, 0, 0);
+}
+
+TEST_CASE("prefill over implicit indices matches the reference on random shapes") {
+  for (std::uint32_t i = 0; i < 16; ++i) {
+    const std::uint32_t seed = 0x1e71u + 97u * i;
+    std::mt19937 rng(seed);
+    case_spec spec = prefill_spec(rng, 4e7);
+    const auto kind = static_cast<implicit_kind>(i % 4);
+    const std::int32_t sink = uniform(rng, 0, 2);
+    const std::int32_t window = uniform(rng, 0, 4);
+    INFO("seed " << seed);
+    if (i % 2 == 0) {
+      check_implicit_case<float>(spec, rng, kind, sink, window);
+    } else {
+      check_implicit_case<bf16>(spec, rng, kind, sink, window);
+    }
+  }
+}
+
+TEST_CASE("prefill over a long sequence: sink + window and causal_all over many tiles") {
+  std::mt19937 rng(0x10e6u);
+  case_spec s = small_spec(64, 128, 64, 2, 1, {{1900, 2000}, {700, 700}});
+  check_implicit_case<float>(s, rng, implicit_kind::sink_window, 1, 4);
+  check_implicit_case<float>(s, rng, implicit_kind::causal_all, 0, 0);
+  s.paged = true;
+  s.page_size = 32;
+  check_implicit_case<float>(s, rng, implicit_kind::table_sink_window, 2, 3);
+}
+
+TEST_CASE("prefill small bad input under a union: the table part's bad ids and counts are skipped and reported") {
+  std::mt19937 rng(0xbad2u);
+  const case_spec spec = small_spec(64, 64, 64, 4, 2, {{150, 200}, {64, 130}});
+  const random_case<bf16, bf16> c(spec, rng);
+  const problem p = c.prob();
+  const csr_storage clean = random_selection(p, rng, 0.5);
+  const index::sink sink{1};
+  const index::sliding_window window{1};
+  output<float> ref(spec, c.tokens_q());
+  run_reference_on(c, index::make_union(clean.view(), sink, window), ref);
+  tc::device_case<bf16, bf16> dc(c);
+
+  // Row 0 gets a negative id and one past its visible blocks; the union passes both on, the kernel
+  // skips them.
+  std::vector<row_info> rows;
+  REQUIRE(for_each_row(p, [&](const row_info& r) { rows.push_back(r); }).ok());
+  csr_storage bad;
+  for (const row_info& r : rows) {
+    std::vector<std::int32_t> ids(clean.col_idx.begin() + clean.row_ptr[r.row],
+                                  clean.col_idx.begin() + clean.row_ptr[r.row + 1]);
+    if (r.row == 0) {
+      ids.insert(ids.begin(), -1);
+      ids.push_back(r.visible_blocks);
+    }
+    bad.col_idx.insert(bad.col_idx.end(), ids.begin(), ids.end());
+    bad.row_ptr.push_back(static_cast<std::int32_t>(bad.col_idx.size()));
+  }
+  const skim::cuda::device_sink ds{1};
+  const skim::cuda::device_sliding_window dw{1};
+  {
+    const device_index idx(bad, 0);
+    const auto got = run_prefill_on<float>(c, dc, skim::cuda::make_device_union(idx.table(), ds, dw));
+    CHECK((got.error_bits & skim::cuda::bad_block_id) != 0u);
+    CHECK((got.error_bits & ~static_cast<std::uint32_t>(skim::cuda::bad_block_id)) == 0u);
+    check_against(c, got, ref);
+  }
+  {
+    // A count past the width: clamped to the width (the same ids), reported as bad_count.
+    device_index idx(clean, 0);
+    std::vector<std::int32_t> count = idx.count.download();
+    const auto widest = std::max_element(count.begin(), count.end()) - count.begin();
+    count[static_cast<std::size_t>(widest)] = idx.width + 5;
+    idx.count.upload(count);
+    const auto got = run_prefill_on<float>(c, dc, skim::cuda::make_device_union(idx.table(), ds, dw));
+    CHECK(got.error_bits == static_cast<std::uint32_t>(skim::cuda::bad_count));
+    check_against(c, got, ref);
+  }
+}
+
 TEST_CASE("prefill host checks: unsupported shapes and misaligned views") {
   std::mt19937 rng(0x4057u);
   const exec::cuda::prefill e;
@@ -434,5 +592,14 @@ TEST_CASE("prefill host checks: unsupported shapes and misaligned views") {
     CHECK(st.ok());
     SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
     CHECK(dc.error_bits() == 0u);
+
+    // An implicit index with a negative size is refused by run(), naming the value and the part.
+    namespace sc = skim::cuda;
+    const auto u = sc::make_device_union(idx.table(), sc::device_sink{-1}, sc::device_sliding_window{2});
+    const sc::device_attention_args<bf16, sc::device_contiguous_kv<bf16>, std::remove_const_t<decltype(u)>, float> b{
+        .prob = a.prob, .q = a.q, .kv = a.kv, .index = u, .o = a.o};
+    st = e.run(b, nullptr, 0, nullptr);
+    CHECK(st.code() == status_code::invalid_argument);
+    CHECK(std::string(st.message()) == "union part 1: union part 0: sink blocks -1 < 0");
   }
 }

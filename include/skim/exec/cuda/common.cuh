@@ -24,6 +24,7 @@
 #include "skim/core/dtypes.hpp"
 #include "skim/core/problem.hpp"
 #include "skim/core/status.hpp"
+#include "skim/exec/cuda/index.cuh"
 
 namespace skim::cuda {
 
@@ -116,26 +117,7 @@ struct device_problem {
   return status::success();
 }
 
-// Row geometry on the device: the same numbers as skim::make_row_info (problem.hpp), computed
-// from the device cu_seqlens. ok is false (and the error word set) when the sequence breaks the
-// host's bounds; the caller then skips the row.
-struct device_row {
-  std::int32_t q_begin = 0, q_end = 0;  // queries of the block, relative to the sequence
-  std::int32_t q_offset = 0;            // cu_seqlens_q[b]
-  std::int32_t kv_offset = 0;           // cu_seqlens_kv[b]
-  std::int32_t kv_len = 0;
-  std::int32_t visible_blocks = 0;
-  std::int32_t full_blocks = 0;
-  std::int32_t causal_offset = 0;
-  bool ok = false;
-
-  // Keys [0, visible_keys(q)) are visible to query q (relative to the sequence).
-  [[nodiscard]] __device__ std::int32_t visible_keys(std::int32_t q, mask_kind m) const noexcept {
-    if (m == mask_kind::none) return kv_len;
-    const std::int64_t v = static_cast<std::int64_t>(q) + causal_offset + 1;
-    return v <= 0 ? 0 : (v >= kv_len ? kv_len : static_cast<std::int32_t>(v));
-  }
-};
+// Row geometry on the device: device_row (index.cuh), the same numbers as skim::make_row_info.
 
 __device__ inline void report(const device_problem& p, std::uint32_t bits) noexcept {
   if (p.error != nullptr) atomicOr(p.error, bits);
@@ -307,48 +289,8 @@ template <class T>
   return status::success();
 }
 
-// ---------------------------------------------------------------------------------------------
-// Indices on the device: the same layouts as index::block_table and index::block_csr, rows
-// numbered row = (q_block_offset(b) + i) * index_heads + h.
-
-struct device_block_table {
-  const std::int32_t* ids = nullptr;    // [rows, width]
-  const std::int32_t* count = nullptr;  // [rows]
-  std::int32_t width = 0;
-  std::int64_t rows = 0;
-
-  // [first, first + n) of row r; n clamped to [0, width] (bad_count reported by the caller).
-  struct span {
-    const std::int32_t* first = nullptr;
-    std::int32_t n = 0;
-    bool clamped = false;
-  };
-  [[nodiscard]] __device__ __forceinline__ span row(std::int64_t r) const noexcept {
-    if (r < 0 || r >= rows) return {nullptr, 0, true};
-    const std::int32_t c = count[r];
-    const std::int32_t n = c < 0 ? 0 : (c > width ? width : c);
-    return {ids + r * width, n, n != c};
-  }
-};
-
-struct device_block_csr {
-  const std::int32_t* row_ptr = nullptr;  // [rows + 1]
-  const std::int32_t* col_idx = nullptr;  // [capacity]
-  std::int64_t capacity = 0;
-  std::int64_t rows = 0;
-
-  [[nodiscard]] __device__ __forceinline__ device_block_table::span row(std::int64_t r) const noexcept {
-    if (r < 0 || r >= rows) return {nullptr, 0, true};
-    std::int64_t b = row_ptr[r], e = row_ptr[r + 1];
-    const bool bad = b < 0 || e < b || e > capacity;
-    b = b < 0 ? 0 : (b > capacity ? capacity : b);
-    e = e < b ? b : (e > capacity ? capacity : e);
-    return {col_idx + b, static_cast<std::int32_t>(e - b), bad};
-  }
-};
-
-template <class I>
-inline constexpr bool is_device_index_v = std::is_same_v<I, device_block_table> || std::is_same_v<I, device_block_csr>;
+// Indices on the device (device_block_table, device_block_csr, the implicit rules and unions):
+// index.cuh.
 
 // ---------------------------------------------------------------------------------------------
 // Q and O on the device: element (token, head, d) at data[token * token_stride + head * head_stride + d].
@@ -374,12 +316,13 @@ struct device_attention_args {
   device_problem prob;
   device_view<const TQ> q;  // [tokens_q, heads_q, head_dim]
   KV kv;                    // device_contiguous_kv or device_paged_kv
-  Index index;              // device_block_table or device_block_csr
+  Index index;              // a device index (index.cuh); decode takes the stored forms only
   device_view<TO> o;        // [tokens_q, heads_q, head_dim]
   float* lse = nullptr;
 };
 
-// Host checks shared by the executors: problem, source scalars, views and index pointers.
+// Host checks shared by the executors: problem, source scalars, views, and the index's own
+// checks (pointers, negative sizes: Index::validate).
 template <class TQ, class KV, class Index, class TO>
 [[nodiscard]] status check_args(const device_attention_args<TQ, KV, Index, TO>& a) noexcept {
   SKIM_TRY(validate(a.prob));
@@ -397,19 +340,7 @@ template <class TQ, class KV, class Index, class TO>
     }
     if (ts < 0 || hs < 0) return status::error(status_code::invalid_argument, "%s has a negative stride", name);
   }
-  if constexpr (std::is_same_v<Index, device_block_table>) {
-    if (a.index.width < 0) return status::error(status_code::invalid_argument, "block_table width %d < 0", a.index.width);
-    if (a.index.rows > 0 && (a.index.count == nullptr || (a.index.width > 0 && a.index.ids == nullptr))) {
-      return status::error(status_code::invalid_argument, "block_table ids/count are null with %lld rows",
-                           static_cast<long long>(a.index.rows));
-    }
-  } else {
-    if (a.index.row_ptr == nullptr) return status::error(status_code::invalid_argument, "block_csr row_ptr is null");
-    if (a.index.capacity > 0 && a.index.col_idx == nullptr) {
-      return status::error(status_code::invalid_argument, "block_csr col_idx is null with capacity %lld",
-                           static_cast<long long>(a.index.capacity));
-    }
-  }
+  SKIM_TRY(a.index.validate());
   return status::success();
 }
 

@@ -171,7 +171,7 @@ struct decode {
     static_assert(skim::cuda::is_device_element_v<TKV>, "cuda::decode: K/V must be skim::bfloat16 or skim::half");
     static_assert(skim::cuda::is_device_element_v<TO> || std::is_same_v<TO, float>,
                   "cuda::decode: O must be skim::bfloat16, skim::half or float");
-    static_assert(skim::cuda::is_device_index_v<Index>, "cuda::decode: the index must be device_block_table or "
+    static_assert(skim::cuda::is_stored_device_index_v<Index>, "cuda::decode: the index must be device_block_table or "
                                                         "device_block_csr");
     const skim::cuda::device_problem& p = a.prob;
     SKIM_TRY(skim::cuda::check_args(a));

@@ -17,9 +17,13 @@
 //   SKIM_TRY(skim::cuda::read_device_error(args.prob.error, stream));  // when the caller wants to know
 //
 // Supported: head_dim 64 or 128, block_q and block_kv 64 or 128 (a compile-time tile each: 8
-// kernels per element type and K/V source), Q and K/V both bf16 or both fp16, O of the same type or
-// float, K/V contiguous (the fast path) or paged (any page size), index device_block_table or
-// device_block_csr, scope kv_head or query_head. Alignment contracts, checked by run():
+// kernels per element type, K/V source and index kind), Q and K/V both bf16 or both fp16, O of the
+// same type or float, K/V contiguous (the fast path) or paged (any page size), scope kv_head or
+// query_head, and any device index (index.cuh): device_block_table and device_block_csr share one
+// kernel (the form is a uniform run-time branch); device_causal_all, device_sink,
+// device_sliding_window and unions (make_device_union(table, device_sink{1},
+// device_sliding_window{4}): a routed table with its reserved blocks, merged on the fly, never
+// materialised) each compile a kernel of their own. Alignment contracts, checked by run():
 //   - Q and K/V rows start on 16 bytes: base pointers 16-byte aligned, every stride a multiple of
 //     8 elements (they are read with 16-byte cp.async);
 //   - O rows: base pointer aligned to 2 · sizeof(TO), strides even (pairs of elements are stored).
@@ -49,11 +53,11 @@ namespace skim::exec::cuda {
 namespace detail::prefill_sm80 {
 
 // Launches the (D, BQ, BK) kernel: grid of max_q_blocks · batch · heads_q CTAs, BQ / 16 warps each.
-template <class T, class KV, int D, int BQ, int BK>
-[[nodiscard]] status launch(const params<T, KV>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
+template <class T, class KV, class Index, int D, int BQ, int BK>
+[[nodiscard]] status launch(const params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
   constexpr std::size_t smem = smem_bytes<D, BQ, BK>;
   constexpr int threads = BQ / 16 * 32;
-  const auto kernel = prefill_kernel<T, KV, D, BQ, BK>;
+  const auto kernel = prefill_kernel<T, KV, D, BQ, BK, Index>;
   if constexpr (smem > 48 * 1024) {
     // Set on every call (a host-side attribute write, no sync): the current device may differ
     // between calls, and the attribute is per device.
@@ -74,16 +78,16 @@ template <class T, class KV, int D, int BQ, int BK>
   return skim::cuda::check_launch("skim::exec::cuda::prefill");
 }
 
-template <class T, class KV, int D, int BQ>
-[[nodiscard]] status launch_bk(const params<T, KV>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
-  return prm.prob.block_kv == 64 ? launch<T, KV, D, BQ, 64>(prm, grid, stream)
-                                  : launch<T, KV, D, BQ, 128>(prm, grid, stream);
+template <class T, class KV, class Index, int D, int BQ>
+[[nodiscard]] status launch_bk(const params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
+  return prm.prob.block_kv == 64 ? launch<T, KV, Index, D, BQ, 64>(prm, grid, stream)
+                                  : launch<T, KV, Index, D, BQ, 128>(prm, grid, stream);
 }
 
-template <class T, class KV, int D>
-[[nodiscard]] status launch_bq(const params<T, KV>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
-  return prm.prob.block_q == 64 ? launch_bk<T, KV, D, 64>(prm, grid, stream)
-                                : launch_bk<T, KV, D, 128>(prm, grid, stream);
+template <class T, class KV, class Index, int D>
+[[nodiscard]] status launch_bq(const params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
+  return prm.prob.block_q == 64 ? launch_bk<T, KV, Index, D, 64>(prm, grid, stream)
+                                : launch_bk<T, KV, Index, D, 128>(prm, grid, stream);
 }
 
 [[nodiscard]] inline bool aligned(const void* p, std::size_t bytes) noexcept {
@@ -153,7 +157,9 @@ struct prefill {
                   "prefill: Q must be skim::bfloat16 or skim::half");
     static_assert(std::is_same_v<typename KV::value_type, TQ>, "prefill: K/V must have Q's element type");
     static_assert(std::is_same_v<TO, TQ> || std::is_same_v<TO, float>, "prefill: O must be Q's type or float");
-    static_assert(skim::cuda::is_device_index_v<Index>, "prefill: index must be device_block_table or device_block_csr");
+    static_assert(skim::cuda::is_device_index_v<Index>,
+                  "prefill: index must be a device index (index.cuh): device_block_table, device_block_csr, "
+                  "device_causal_all, device_sink, device_sliding_window or a device_union of them");
     namespace k = detail::prefill_sm80;
 
     SKIM_TRY(skim::cuda::check_args(a));
@@ -182,15 +188,17 @@ struct prefill {
                            static_cast<long long>(a.o.token_stride), static_cast<long long>(a.o.head_stride));
     }
 
-    k::params<TQ, KV> prm;
+    k::params<TQ, KV, k::kernel_index_t<Index>> prm;
     prm.prob = p;
     prm.q = a.q;
     prm.kv = a.kv;
     if constexpr (std::is_same_v<Index, skim::cuda::device_block_csr>) {
       prm.index.csr = a.index;
       prm.index.is_csr = true;
-    } else {
+    } else if constexpr (std::is_same_v<Index, skim::cuda::device_block_table>) {
       prm.index.table = a.index;
+    } else {
+      prm.index = a.index;  // implicit rule or union: its own kernel
     }
     prm.o = a.o.data;
     prm.o_token_stride = a.o.token_stride;
@@ -198,7 +206,9 @@ struct prefill {
     prm.o_fp32 = std::is_same_v<TO, float>;
     prm.lse = a.lse;
     prm.scale_log2 = p.scale() * k::log2e;
-    return p.head_dim == 64 ? k::launch_bq<TQ, KV, 64>(prm, grid, stream) : k::launch_bq<TQ, KV, 128>(prm, grid, stream);
+    using KI = k::kernel_index_t<Index>;
+    return p.head_dim == 64 ? k::launch_bq<TQ, KV, KI, 64>(prm, grid, stream)
+                            : k::launch_bq<TQ, KV, KI, 128>(prm, grid, stream);
   }
 };
 

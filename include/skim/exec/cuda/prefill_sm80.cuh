@@ -42,9 +42,10 @@ inline constexpr float log2e = 1.4426950408889634f;
 inline constexpr float ln2 = 0.6931471805599453f;
 
 // ---------------------------------------------------------------------------------------------
-// The index, with its storage form decided at run time: it is read once per block id, so a
-// uniform branch costs nothing and keeps the kernel count down (one per element type, K/V source
-// and tile shape instead of four times that).
+// The stored index (table or CSR), with its form decided at run time: it is read once per block
+// id, so a uniform branch costs nothing and keeps the kernel count down (one per element type,
+// K/V source and tile shape instead of four times that). The implicit indices and unions (index.cuh)
+// are kernel template arguments of their own: prefill::run passes them as they are.
 struct index_ref {
   skim::cuda::device_block_table table;
   skim::cuda::device_block_csr csr;
@@ -53,15 +54,27 @@ struct index_ref {
   [[nodiscard]] __device__ __forceinline__ skim::cuda::device_block_table::span row(std::int64_t r) const noexcept {
     return is_csr ? csr.row(r) : table.row(r);
   }
+  [[nodiscard]] __device__ __forceinline__ skim::cuda::device_span_cursor cursor(std::int64_t r,
+                                                                                 const skim::cuda::device_row&) const noexcept {
+    const skim::cuda::device_block_table::span s = row(r);
+    return {s.first, s.first + s.n, s.clamped};
+  }
+  [[nodiscard]] status validate() const noexcept { return is_csr ? csr.validate() : table.validate(); }
 };
+static_assert(skim::cuda::device_block_index<index_ref>);
 
-// Everything the kernel reads, by value. O is either T (o_fp32 false) or float.
-template <class T, class KV>
+// What the kernel takes for a device index: index_ref for the stored forms, the index itself otherwise.
+template <class Index>
+using kernel_index_t = std::conditional_t<skim::cuda::is_stored_device_index_v<Index>, index_ref, Index>;
+
+// Everything the kernel reads, by value. O is either T (o_fp32 false) or float. Index is index_ref
+// (stored forms) or an implicit index / union (index.cuh).
+template <class T, class KV, class Index = index_ref>
 struct params {
   skim::cuda::device_problem prob;
   skim::cuda::device_view<const T> q;
   KV kv;
-  index_ref index;
+  Index index;
   void* o = nullptr;
   std::int64_t o_token_stride = 0;
   std::int64_t o_head_stride = 0;
@@ -143,29 +156,37 @@ template <class T>
 
 // ---------------------------------------------------------------------------------------------
 // A row's block ids, each checked against the row's contract as it is taken: an id outside
-// [0, visible_blocks) or not above the previous kept id is skipped and its bit recorded. Every
-// thread of the CTA walks the same ids (uniform loads), so every thread agrees on the tile list.
-struct id_cursor {
-  const std::int32_t* ids = nullptr;
-  std::int32_t n = 0;
-  std::int32_t pos = 0;
+// [0, visible_blocks) or not above the previous kept id is skipped and its bit recorded (a
+// trusted cursor, one of the implicit rules or a union of them, needs no check). Every thread of
+// the CTA walks the same ids (uniform loads), so every thread agrees on the tile list.
+template <class Cursor>
+struct checked_ids {
+  Cursor c;
   std::int32_t prev = -1;
   std::int32_t visible = 0;
 
   // The next valid id, or -1 when the row is exhausted.
   [[nodiscard]] __device__ __forceinline__ std::int32_t next(std::uint32_t& bits) noexcept {
-    while (pos < n) {
-      const std::int32_t id = ids[pos++];
-      if (id < 0 || id >= visible) {
-        bits |= skim::cuda::bad_block_id;
-      } else if (id <= prev) {
-        bits |= skim::cuda::bad_order;
-      } else {
-        prev = id;
-        return id;
+    if constexpr (Cursor::trusted) {
+      if (c.done()) return -1;
+      const std::int32_t id = c.id();
+      c.next();
+      return id;
+    } else {
+      while (!c.done()) {
+        const std::int32_t id = c.id();
+        c.next();
+        if (id < 0 || id >= visible) {
+          bits |= skim::cuda::bad_block_id;
+        } else if (id <= prev) {
+          bits |= skim::cuda::bad_order;
+        } else {
+          prev = id;
+          return id;
+        }
       }
+      return -1;
     }
-    return -1;
   }
 };
 
@@ -174,8 +195,8 @@ struct id_cursor {
 // a GQA group read the same K/V tiles close together in time, from L2), query blocks from the
 // last one down (causal rows with more tiles start first). A CTA whose block does not exist in
 // its sequence returns at once.
-template <class T, class KV, int D, int BQ, int BK>
-__global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, KV> prm) {
+template <class T, class KV, int D, int BQ, int BK, class Index = index_ref>
+__global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, KV, Index> prm) {
   static_assert(D % 16 == 0 && BQ % 16 == 0 && BK % slice_keys == 0);
   constexpr int warps = BQ / 16;
   constexpr int threads = warps * 32;
@@ -210,11 +231,11 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   std::uint32_t bits = 0;
 
   // The row's ids. A row number outside the index, or a count/range outside its storage, is
-  // clamped by row() and reported.
+  // clamped by the cursor and reported.
   const std::int64_t index_row = (skim::cuda::q_block_offset(p, b) + i) * p.index_heads() + index_head;
-  const skim::cuda::device_block_table::span span = prm.index.row(index_row);
-  if (span.clamped) bits |= skim::cuda::bad_count;
-  id_cursor cursor{span.first, span.n, 0, -1, row.visible_blocks};
+  auto row_cursor = prm.index.cursor(index_row, row);
+  if (row_cursor.malformed()) bits |= skim::cuda::bad_count;
+  checked_ids<decltype(row_cursor)> cursor{row_cursor, -1, row.visible_blocks};
 
   // Loads: thread tid always moves chunk tid % chunks of rows tid / chunks + k · row_step.
   const int my_chunk = tid % chunks;
