@@ -327,6 +327,7 @@ template <class TQ, class KV, class Index, class TO>
 [[nodiscard]] status check_args(const device_attention_args<TQ, KV, Index, TO>& a) noexcept {
   SKIM_TRY(validate(a.prob));
   SKIM_TRY(validate(a.kv, a.prob));
+  SKIM_TRY(a.index.validate());  // its scalars are checked even with no sequence (a negative sink)
   const auto& p = a.prob;
   if (p.batch == 0) return status::success();
   for (auto [data, ts, hs, name] : {std::tuple{static_cast<const void*>(a.q.data), a.q.token_stride, a.q.head_stride, "Q"},
@@ -340,7 +341,6 @@ template <class TQ, class KV, class Index, class TO>
     }
     if (ts < 0 || hs < 0) return status::error(status_code::invalid_argument, "%s has a negative stride", name);
   }
-  SKIM_TRY(a.index.validate());
   return status::success();
 }
 

@@ -201,7 +201,10 @@ struct device_block_csr {
   }
 
   [[nodiscard]] status validate() const noexcept {
-    if (row_ptr == nullptr) return status::error(status_code::invalid_argument, "block_csr row_ptr is null");
+    if (rows > 0 && row_ptr == nullptr) {
+      return status::error(status_code::invalid_argument, "block_csr row_ptr is null with %lld rows",
+                           static_cast<long long>(rows));
+    }
     if (capacity > 0 && col_idx == nullptr) {
       return status::error(status_code::invalid_argument, "block_csr col_idx is null with capacity %lld",
                            static_cast<long long>(capacity));
