@@ -9,6 +9,8 @@
 //           --sets 4 (index sets rotated between timed runs) --reps 50 --index-out FILE
 //   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
 //           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C
+//   prefill: --kernel sm80|sm90 (exec::cuda::prefill on mma.sync, the default, or prefill_sm90 on
+//           wgmma; printed as "kernel" in the JSON line)
 //
 // Method (METHOD.md): random inputs (never zeros), a warm-up, device events around each run, the
 // median over reps; each rep uses the next of --sets random index sets over the same K/V, so the
@@ -23,9 +25,11 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <skim/cuda.cuh>
+#include <skim/exec/cuda/prefill_sm90.cuh>
 
 namespace {
 
@@ -230,7 +234,7 @@ int run_decode(const options& o) {
   return 0;
 }
 
-template <class T>
+template <class T, class Exec>
 int run_prefill(const options& o) {
   const int q_blocks = (o.n + o.bq - 1) / o.bq;
   const int kv_blocks = (o.n + o.bk - 1) / o.bk;
@@ -279,7 +283,7 @@ int run_prefill(const options& o) {
                                .block_q = o.bq, .block_kv = o.bk, .mask = skim::mask_kind::causal,
                                .cu_seqlens_q = d_cu.p, .cu_seqlens_kv = d_cu.p, .max_seqlen_q = o.n,
                                .max_seqlen_kv = o.n};
-  skim::exec::cuda::prefill exec;
+  const Exec exec;
   BENCH_STATUS(exec.can_implement(p));
   const std::size_t ws_bytes = exec.workspace_bytes(p);
   device_array<std::byte> ws(ws_bytes);
@@ -296,8 +300,9 @@ int run_prefill(const options& o) {
   const double ms = time_median(o.reps, run);
   const double flops = 4.0 * pairs * o.dim * (o.heads_q / o.heads_kv);
   std::printf("{\"bench\": \"prefill\", \"impl\": \"skim\", \"n\": %d, \"blocks\": %d, \"ms\": %.5f, \"flops\": %.0f, "
-              "\"tflop_per_s\": %.2f}\n",
-              o.n, dense ? 0 : width, ms, flops, flops / ms * 1e-9);
+              "\"tflop_per_s\": %.2f, \"kernel\": \"%s\"}\n",
+              o.n, dense ? 0 : width, ms, flops, flops / ms * 1e-9,
+              std::is_same_v<Exec, skim::exec::cuda::prefill_sm90> ? "sm90" : "sm80");
   return 0;
 }
 
@@ -423,17 +428,28 @@ int run_step(const options& o) {
 
 int main(int argc, char** argv) {
   const options o = parse(argc, argv);
-  if (o.kernel != "simt" && o.kernel != "mma" && o.kernel != "auto") {
-    std::fprintf(stderr, "--kernel %s: simt, mma or auto\n", o.kernel.c_str());
-    return 2;
-  }
   const bool bf16 = o.dtype == "bf16";
   if (!bf16 && o.dtype != "fp16") {
     std::fprintf(stderr, "--dtype %s: bf16 or fp16\n", o.dtype.c_str());
     return 2;
   }
+  if (o.mode == "prefill") {
+    if (o.kernel == "sm90") {
+      return bf16 ? run_prefill<skim::bfloat16, skim::exec::cuda::prefill_sm90>(o)
+                  : run_prefill<skim::half, skim::exec::cuda::prefill_sm90>(o);
+    }
+    if (o.kernel != "sm80" && o.kernel != "auto") {
+      std::fprintf(stderr, "--kernel %s: sm80 or sm90 for prefill\n", o.kernel.c_str());
+      return 2;
+    }
+    return bf16 ? run_prefill<skim::bfloat16, skim::exec::cuda::prefill>(o)
+                : run_prefill<skim::half, skim::exec::cuda::prefill>(o);
+  }
+  if (o.kernel != "simt" && o.kernel != "mma" && o.kernel != "auto") {
+    std::fprintf(stderr, "--kernel %s: simt, mma or auto\n", o.kernel.c_str());
+    return 2;
+  }
   if (o.mode == "decode") return bf16 ? run_decode<skim::bfloat16>(o) : run_decode<skim::half>(o);
-  if (o.mode == "prefill") return bf16 ? run_prefill<skim::bfloat16>(o) : run_prefill<skim::half>(o);
   if (o.mode == "step") return bf16 ? run_step<skim::bfloat16>(o) : run_step<skim::half>(o);
   std::fprintf(stderr, "unknown mode %s\n", o.mode.c_str());
   return 2;

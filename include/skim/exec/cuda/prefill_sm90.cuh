@@ -1,0 +1,562 @@
+#pragma once
+// skim::exec::cuda::prefill_sm90 — block-sparse prefill attention on Hopper's warpgroup matrix
+// multiply (wgmma, sm_90a). Same host interface, semantics and contracts as
+// skim::exec::cuda::prefill (prefill.cuh: bottom-right causal, varlen, GQA, index rows, the device
+// error word, o = 0 / lse = -inf for rows that see no key, deterministic, P rounded to the input
+// type before P·V, the same alignment contracts), on a narrower set of shapes:
+//
+//   head_dim 64 or 128, block_q 128, block_kv 64 or 128, Q and K/V both bf16 or both fp16, O of
+//   the same type or float, K/V contiguous, index device_block_table or device_block_csr, scope
+//   kv_head or query_head. can_implement refuses other head_dim/block sizes (unsupported, naming
+//   the value); run() refuses paged K/V (unsupported: not implemented yet) and a current device
+//   that is not sm_90. Built for sm_90a only (`-gencode=arch=compute_90a,code=sm_90a`): in other
+//   device passes the kernel body is a trap, so the header still compiles for sm_80.
+//
+// The kernel: one CTA of three warpgroups per (query block of 128 rows, sequence, query head).
+//   - Warpgroup 0 produces: it walks the index row's ids (checked as prefill does), and copies Q
+//     once and the K and V tiles of each id (cp.async, 16 bytes a thread, keys at or past kv_len
+//     zero-filled, never read) into a ring of `stages` shared-memory buffers; a buffer is handed
+//     over through an mbarrier ("full", with the id in a shared slot; id -1 ends the row) and
+//     taken back through another ("empty"). It keeps few registers (setmaxnreg).
+//   - Warpgroups 1 and 2 consume, 64 query rows each: S = Q·Kᵀ by wgmma (Q and K from shared
+//     memory, K-major), online softmax in registers (masking only on tiles that are not full
+//     blocks), then O += P·V by wgmma with P from registers and V from shared memory (MN-major).
+//     The S product of tile t + 1 is issued before the P·V product of tile t, so the tensor cores
+//     work on both while the warpgroup waits for S only; the softmax of tile t + 1 runs while
+//     P·V of tile t may still be in flight.
+// Shared tiles are [rows][D] 16-bit, stored as D / 64 column blocks of [rows][64] with the
+// 128-byte swizzle that the wgmma descriptors name (wgmma.cuh): chunk c of row r at chunk c ^ (r % 8).
+//
+// Determinism: ids are taken in index order, every product and reduction has a fixed order, each
+// output element is written by one thread: repeated runs are bit-identical.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "skim/core/status.hpp"
+#include "skim/exec/cuda/common.cuh"
+#include "skim/exec/cuda/prefill.cuh"
+#include "skim/exec/cuda/ptx.cuh"
+#include "skim/exec/cuda/wgmma.cuh"
+
+namespace skim::exec::cuda {
+
+namespace detail::prefill_sm90 {
+
+using prefill_sm80::index_ref;
+using prefill_sm80::params;
+
+inline constexpr int block_q = 128;              // two consumer warpgroups of 64 rows
+inline constexpr int threads = 3 * 128;          // producer warpgroup + two consumers
+inline constexpr int producer_regs = 56;         // setmaxnreg budgets: 56·128 + 224·256 = 64512 of 65536
+inline constexpr int consumer_regs = 224;
+inline constexpr int stages = 3;                 // K/V buffers in the ring (d 128, bk 128: 224 KB with Q)
+inline constexpr int chunk_elems = 8;            // 16-bit elements in a 16-byte chunk
+inline constexpr int atom_bytes = 1024;          // 8 rows x 128 bytes: the swizzle atom
+inline constexpr float log2e = 1.4426950408889634f;
+inline constexpr float ln2 = 0.6931471805599453f;
+
+// Byte offset of 16-byte chunk `c` of row `r` in a [R][D] tile laid out for the 128-byte swizzle.
+template <int R>
+[[nodiscard]] __device__ __forceinline__ std::uint32_t tile_offset(int r, int c) noexcept {
+  return static_cast<std::uint32_t>((c / 8) * (R * 128) + r * 128 + (((c % 8) ^ (r % 8)) << 4));
+}
+
+template <int D, int BK>
+struct layout {
+  static constexpr std::uint32_t q_bytes = block_q * D * 2;
+  static constexpr std::uint32_t tile_bytes = BK * D * 2;  // one K or one V tile
+  static constexpr std::uint32_t q = 0;
+  static constexpr std::uint32_t k = q + q_bytes;
+  static constexpr std::uint32_t v = k + stages * tile_bytes;
+  static constexpr std::uint32_t full = v + stages * tile_bytes;  // mbarriers, 8 bytes each
+  static constexpr std::uint32_t empty = full + 8 * stages;
+  static constexpr std::uint32_t q_ready = empty + 8 * stages;
+  static constexpr std::uint32_t ids = q_ready + 8;  // int32 per stage: the tile's block id, -1 = end
+  static constexpr std::size_t bytes = ids + 4 * stages + atom_bytes;  // + slack to align the base
+};
+
+// A row's block ids, each checked as it is taken (prefill's contract): an id outside
+// [0, visible_blocks) or not above the previous kept one is skipped and its bit recorded.
+struct id_walk {
+  skim::cuda::device_block_table::span span;
+  std::int32_t pos = 0;
+  std::int32_t prev = -1;
+  std::int32_t visible = 0;
+
+  // The next valid id, or -1 when the row is exhausted.
+  [[nodiscard]] __device__ __forceinline__ std::int32_t next(std::uint32_t& bits) noexcept {
+    while (pos < span.n) {
+      const std::int32_t id = span.first[pos++];
+      if (id < 0 || id >= visible) {
+        bits |= skim::cuda::bad_block_id;
+      } else if (id <= prev) {
+        bits |= skim::cuda::bad_order;
+      } else {
+        prev = id;
+        return id;
+      }
+    }
+    return -1;
+  }
+};
+
+template <class T, class KV, int D, int BK>
+__global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const params<T, KV> prm) {
+#if SKIM_WGMMA_AVAILABLE
+  namespace wg = skim::cuda::wgmma;
+  using skim::cuda::ptx::exp2_approx;
+  using skim::cuda::ptx::pack2;
+  using skim::cuda::ptx::smem_u32;
+  using skim::cuda::ptx::static_for;
+  using L = layout<D, BK>;
+  constexpr int chunks = D / chunk_elems;      // 16-byte chunks per row
+  constexpr int row_step = 128 / chunks;       // rows one pass of the producer's 128 threads covers
+  static_assert(BK % row_step == 0 && block_q % row_step == 0);
+
+  extern __shared__ __align__(16) unsigned char skim_prefill_sm90_smem[];
+  const std::uint32_t raw = smem_u32(skim_prefill_sm90_smem);
+  const std::uint32_t base = (raw + atom_bytes - 1) / atom_bytes * atom_bytes;
+  std::int32_t* const tile_ids =
+      reinterpret_cast<std::int32_t*>(skim_prefill_sm90_smem + (base - raw) + L::ids);
+
+  const skim::cuda::device_problem& p = prm.prob;
+  const std::uint32_t flat = blockIdx.x;
+  const std::int32_t h = static_cast<std::int32_t>(flat % static_cast<std::uint32_t>(p.heads_q));
+  const std::uint32_t rest = flat / static_cast<std::uint32_t>(p.heads_q);
+  const std::int32_t b = static_cast<std::int32_t>(rest % static_cast<std::uint32_t>(p.batch));
+  const std::int32_t i = p.max_q_blocks() - 1 - static_cast<std::int32_t>(rest / static_cast<std::uint32_t>(p.batch));
+
+  const skim::cuda::device_row row = skim::cuda::make_device_row(p, b, i);
+  if (!row.ok) return;  // no query block here (or a bad sequence, reported): uniform over the CTA
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const std::int32_t kv_head = h / p.group_size();
+  const auto full = [&](int s) { return base + L::full + 8u * static_cast<std::uint32_t>(s); };
+  const auto empty = [&](int s) { return base + L::empty + 8u * static_cast<std::uint32_t>(s); };
+  const std::uint32_t q_ready = base + L::q_ready;
+
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) {
+      wg::mbar_init(full(s), 128);   // every producer thread arrives once its copies landed
+      wg::mbar_init(empty(s), 256);  // every consumer thread arrives once its products are done
+    }
+    wg::mbar_init(q_ready, 128);
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    // ---------------------------------------------------------------- producer warpgroup
+    wg::setmaxnreg_dec<producer_regs>();
+    std::uint32_t bits = 0;
+    const std::int32_t index_head = p.scope == index_scope::kv_head ? kv_head : h;
+    const std::int64_t index_row = (skim::cuda::q_block_offset(p, b) + i) * p.index_heads() + index_head;
+    id_walk ids{prm.index.row(index_row), 0, -1, row.visible_blocks};
+    if (ids.span.clamped) bits |= skim::cuda::bad_count;
+
+    const int chunk = tid % chunks;
+    const int row0 = tid / chunks;
+
+    // Q; rows past the block's last query are zero (never read).
+    const std::int32_t q_rows = row.q_end - row.q_begin;
+#pragma unroll
+    for (int k = 0; k < block_q / row_step; ++k) {
+      const int r = row0 + k * row_step;
+      const bool ok = r < q_rows;
+      const T* src = ok ? prm.q.row(static_cast<std::int64_t>(row.q_offset) + row.q_begin + r, h) + chunk * chunk_elems
+                        : prm.q.data;
+      wg::cp_async_16_zfill(base + L::q + tile_offset<block_q>(r, chunk), src, ok ? 16u : 0u);
+    }
+    skim::cuda::ptx::cp_async_commit();
+
+    // K/V tiles. One commit group per tile; a tile is announced once the next one is in flight,
+    // or before the producer blocks on a buffer (the consumers may need it to free that buffer).
+    std::uint32_t pending = q_ready;  // barrier of the last group not yet announced (0: none)
+    const auto announce = [&](auto wait_all) {
+      if constexpr (decltype(wait_all)::value) {
+        skim::cuda::ptx::cp_async_wait<0>();
+      } else {
+        skim::cuda::ptx::cp_async_wait<1>();  // all but the group just committed
+      }
+      wg::fence_proxy_async();  // the copies are visible to wgmma's (async proxy) reads
+      wg::mbar_arrive(pending);
+      pending = 0;
+    };
+    int t = 0;
+    for (std::int32_t id = ids.next(bits); id >= 0; id = ids.next(bits), ++t) {
+      const int s = t % stages;
+      if (t >= stages) {
+        if (pending != 0) announce(std::true_type{});
+        wg::mbar_wait(empty(s), static_cast<std::uint32_t>((t / stages + 1) & 1));
+      }
+      const std::uint32_t kb = base + L::k + static_cast<std::uint32_t>(s) * L::tile_bytes;
+      const std::uint32_t vb = base + L::v + static_cast<std::uint32_t>(s) * L::tile_bytes;
+#pragma unroll 4
+      for (int k = 0; k < BK / row_step; ++k) {
+        const int r = row0 + k * row_step;
+        const std::int32_t key = id * BK + r;
+        const bool ok = key < row.kv_len;
+        const T* ks = ok ? prm.kv.k_row(row, b, key, kv_head) + chunk * chunk_elems : prm.kv.k;
+        const T* vs = ok ? prm.kv.v_row(row, b, key, kv_head) + chunk * chunk_elems : prm.kv.v;
+        const std::uint32_t off = tile_offset<BK>(r, chunk);
+        wg::cp_async_16_zfill(kb + off, ks, ok ? 16u : 0u);
+        wg::cp_async_16_zfill(vb + off, vs, ok ? 16u : 0u);
+      }
+      skim::cuda::ptx::cp_async_commit();
+      if (tid == 0) tile_ids[s] = id;
+      if (pending != 0) announce(std::false_type{});
+      pending = full(s);
+    }
+    announce(std::true_type{});
+    // End of the row: id -1 in the next buffer.
+    const int s = t % stages;
+    if (t >= stages) wg::mbar_wait(empty(s), static_cast<std::uint32_t>((t / stages + 1) & 1));
+    if (tid == 0) tile_ids[s] = -1;
+    wg::mbar_arrive(full(s));
+    if (tid == 0 && bits != 0) skim::cuda::report(p, bits);
+  } else {
+    // ---------------------------------------------------------------- consumer warpgroups
+    wg::setmaxnreg_inc<consumer_regs>();
+    const int ctid = tid - 128;
+    const int cw = ctid / 128;        // consumer warpgroup: query rows [64 cw, 64 cw + 64)
+    const int wi = (ctid / 32) % 4;   // warp in the warpgroup: rows 16 wi + [0, 16) of those
+    const int lane = ctid % 32;
+    const int g = lane / 4;
+    const int quad_col = 2 * (lane % 4);
+
+    // This thread's rows (g and g + 8 of the warp's 16): keys [0, vis[r]) are visible.
+    std::int32_t vis[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) vis[r] = row.visible_keys(row.q_begin + 64 * cw + 16 * wi + g + 8 * r, p.mask);
+
+    // Descriptors: Q rows of this warpgroup (K-major, A), K tile (K-major, B), V tile (MN-major, B).
+    // K steps move the start address only (in 16-byte units, added to the low bits).
+    const std::uint64_t q_desc = wg::desc_sw128(base + L::q + 64u * 128u * static_cast<std::uint32_t>(cw), 16, 1024);
+    const std::uint64_t k_desc = wg::desc_sw128(base + L::k, 16, 1024);
+    const std::uint64_t v_desc = wg::desc_sw128(base + L::v, BK * 128, 1024);
+    constexpr std::uint64_t stage_step = L::tile_bytes / 16;
+
+    float o[D / 2];
+    float sc[BK / 2];
+    std::uint32_t pf[BK / 16][4];
+#pragma unroll
+    for (int j = 0; j < D / 2; ++j) o[j] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY};  // running max of the row, base-2 units
+    float l[2] = {0.0f, 0.0f};            // this thread's share of the row's sum (quad-reduced at the end)
+    const float scale_log2 = prm.scale_log2;
+
+    const auto gemm_s = [&](int s) {
+      static_for<D / 16>([&](auto kk) {
+        constexpr std::uint64_t step = ((kk / 4) * block_q * 128 + (kk % 4) * 32) / 16;
+        constexpr std::uint64_t kstep = ((kk / 4) * BK * 128 + (kk % 4) * 32) / 16;
+        const std::uint64_t a = q_desc + step;
+        const std::uint64_t bd = k_desc + static_cast<std::uint64_t>(s) * stage_step + kstep;
+        if constexpr (BK == 128) {
+          wg::mma_ss_n128<T>(sc, a, bd, kk == 0 ? 0u : 1u);
+        } else {
+          wg::mma_ss_n64<T>(sc, a, bd, kk == 0 ? 0u : 1u);
+        }
+      });
+    };
+    const auto gemm_pv = [&](int s) {
+      static_for<BK / 16>([&](auto kk) {
+        const std::uint64_t bd = v_desc + static_cast<std::uint64_t>(s) * stage_step + kk * (16 * 128 / 16);
+        if constexpr (D == 128) {
+          wg::mma_rs_n128<T>(o, pf[kk], bd, 1u);
+        } else {
+          wg::mma_rs_n64<T>(o, pf[kk], bd, 1u);
+        }
+      });
+    };
+    const auto pin_o = [&] {
+#pragma unroll
+      for (int j = 0; j < D / 2; ++j) wg::pin(o[j]);
+    };
+    const auto pin_s = [&] {
+#pragma unroll
+      for (int j = 0; j < BK / 2; ++j) wg::pin(sc[j]);
+    };
+
+    // Softmax of the S tile of block `id` in place (sc becomes unnormalised P, fp32); alpha is
+    // the factor the accumulated O must take once the previous P·V is in it.
+    const auto softmax = [&](std::int32_t id, float (&alpha)[2], auto masked_tag) {
+      constexpr bool masked = decltype(masked_tag)::value;
+      // Scale into base-2 units first, then mask: a negative scale must not turn -inf into +inf.
+#pragma unroll
+      for (int j = 0; j < BK / 2; ++j) sc[j] *= scale_log2;
+      if constexpr (masked) {
+        const std::int32_t key0 = id * BK + quad_col;
+#pragma unroll
+        for (int j = 0; j < BK / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (key0 + 8 * j + (e & 1) >= vis[e / 2]) sc[4 * j + e] = -INFINITY;
+          }
+        }
+      }
+      float m_use[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = m[r];
+#pragma unroll
+        for (int j = 0; j < BK / 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // -inf - -inf: a row with no visible key so far keeps its max at -inf; subtract 0 instead.
+        m_use[r] = mx == -INFINITY ? 0.0f : mx;
+        alpha[r] = exp2_approx(m[r] - m_use[r]);
+        m[r] = mx;
+        l[r] *= alpha[r];
+      }
+#pragma unroll
+      for (int j = 0; j < BK / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sc[4 * j + e] = exp2_approx(sc[4 * j + e] - m_use[e / 2]);
+          l[e / 2] += sc[4 * j + e];
+        }
+      }
+    };
+    const auto softmax_of = [&](std::int32_t id, float (&alpha)[2]) {
+      if (id < row.full_blocks) {
+        softmax(id, alpha, std::false_type{});
+      } else {
+        softmax(id, alpha, std::true_type{});
+      }
+    };
+    // O *= alpha (row r: elements 4j + 2r, 4j + 2r + 1), and P rounded to T as the A fragments of
+    // P·V: k step kk is S's n tiles 2kk and 2kk + 1.
+    const auto rescale_and_pack = [&](const float (&alpha)[2]) {
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        o[4 * j] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        pf[kk][0] = pack2<T>(sc[8 * kk], sc[8 * kk + 1]);
+        pf[kk][1] = pack2<T>(sc[8 * kk + 2], sc[8 * kk + 3]);
+        pf[kk][2] = pack2<T>(sc[8 * kk + 4], sc[8 * kk + 5]);
+        pf[kk][3] = pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
+      }
+    };
+
+    wg::mbar_wait(q_ready, 0);
+    int t = 0;
+    wg::mbar_wait(full(0), 0);
+    std::int32_t id = tile_ids[0];
+    if (id >= 0) {
+      float alpha[2];
+      wg::fence();
+      gemm_s(0);
+      wg::commit();
+      wg::wait<0>();
+      pin_s();
+      softmax_of(id, alpha);
+      rescale_and_pack(alpha);
+      int prev = 0;
+      for (;;) {
+        ++t;
+        const int s = t % stages;
+        wg::mbar_wait(full(s), static_cast<std::uint32_t>((t / stages) & 1));
+        id = tile_ids[s];
+        if (id < 0) break;
+        pin_o();
+        wg::fence();
+        gemm_s(s);       // S of tile t ...
+        wg::commit();
+        gemm_pv(prev);   // ... and P·V of tile t - 1, both in flight
+        wg::commit();
+        wg::wait<1>();   // S landed
+        pin_s();
+        softmax_of(id, alpha);
+        wg::wait<0>();   // P·V landed: buffer `prev` is free, O may be rescaled
+        pin_o();
+        wg::mbar_arrive(empty(prev));
+        rescale_and_pack(alpha);
+        prev = s;
+      }
+      pin_o();
+      wg::fence();
+      gemm_pv(prev);
+      wg::commit();
+      wg::wait<0>();
+      pin_o();
+      wg::mbar_arrive(empty(prev));
+    }
+
+    // Epilogue: O = acc / l, lse = (m + log2 l) · ln 2; a row with no visible key gets 0 and -inf.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const std::int32_t qi = row.q_begin + 64 * cw + 16 * wi + g + 8 * r;
+      if (qi >= row.q_end) continue;
+      const std::int64_t token = static_cast<std::int64_t>(row.q_offset) + qi;
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      const std::int64_t at = token * prm.o_token_stride + h * prm.o_head_stride + quad_col;
+      if (prm.o_fp32) {
+        float* out = static_cast<float*>(prm.o) + at;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          *reinterpret_cast<float2*>(out + 8 * j) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+        }
+      } else {
+        T* out = static_cast<T*>(prm.o) + at;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          *reinterpret_cast<std::uint32_t*>(out + 8 * j) = pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+        }
+      }
+      if (prm.lse != nullptr && lane % 4 == 0) {
+        prm.lse[token * p.heads_q + h] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * ln2 : -INFINITY;
+      }
+    }
+  }
+#else
+  (void)prm;
+  __trap();  // sm_90a only; run() refuses other devices
+#endif
+}
+
+template <class T, class KV, int D, int BK>
+[[nodiscard]] status launch(const params<T, KV>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
+  constexpr std::size_t smem = layout<D, BK>::bytes;
+  const auto kernel = prefill_sm90_kernel<T, KV, D, BK>;
+  SKIM_TRY(skim::cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(smem)),
+                             "cudaFuncSetAttribute in skim::exec::cuda::prefill_sm90"));
+  kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(prm);
+  return skim::cuda::check_launch("skim::exec::cuda::prefill_sm90");
+}
+
+// The current device is sm_90 (H100, H200, H800...), asked once per device.
+[[nodiscard]] inline status check_device() noexcept {
+  constexpr int cached_devices = 64;
+  static std::atomic<int> cache[cached_devices] = {};  // 0 unknown, else major * 10 + minor + 1
+  int device = 0;
+  SKIM_TRY(skim::cuda::check(cudaGetDevice(&device), "cudaGetDevice in skim::exec::cuda::prefill_sm90"));
+  int cc = device >= 0 && device < cached_devices ? cache[device].load(std::memory_order_relaxed) - 1 : -1;
+  if (cc < 0) {
+    int major = 0, minor = 0;
+    SKIM_TRY(skim::cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                               "cudaDeviceGetAttribute in skim::exec::cuda::prefill_sm90"));
+    SKIM_TRY(skim::cuda::check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+                               "cudaDeviceGetAttribute in skim::exec::cuda::prefill_sm90"));
+    cc = major * 10 + minor;
+    if (device >= 0 && device < cached_devices) cache[device].store(cc + 1, std::memory_order_relaxed);
+  }
+  if (cc != 90) {
+    return status::error(status_code::unsupported, "prefill_sm90: device %d is sm_%d, not sm_90 (wgmma)", device, cc);
+  }
+  return status::success();
+}
+
+}  // namespace detail::prefill_sm90
+
+struct prefill_sm90 {
+  // No scratch: every CTA owns its output rows.
+  [[nodiscard]] std::size_t workspace_bytes(const skim::cuda::device_problem&) const noexcept { return 0; }
+
+  // unsupported unless head_dim is 64 or 128, block_q 128 and block_kv 64 or 128.
+  [[nodiscard]] status can_implement(const skim::cuda::device_problem& p) const noexcept {
+    SKIM_TRY(skim::cuda::validate(p));
+    if (p.head_dim != 64 && p.head_dim != 128) {
+      return status::error(status_code::unsupported, "prefill_sm90: head_dim %d is not 64 or 128", p.head_dim);
+    }
+    if (p.block_q != detail::prefill_sm90::block_q) {
+      return status::error(status_code::unsupported, "prefill_sm90: block_q %d is not 128", p.block_q);
+    }
+    if (p.block_kv != 64 && p.block_kv != 128) {
+      return status::error(status_code::unsupported, "prefill_sm90: block_kv %d is not 64 or 128", p.block_kv);
+    }
+    return status::success();
+  }
+
+  // Enqueues the attention on `stream` (as prefill::run). unsupported for paged K/V and on a
+  // device that is not sm_90. `workspace` and `bytes` are unused (workspace_bytes is 0).
+  template <class TQ, class KV, class Index, class TO>
+  [[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a, void* /*workspace*/,
+                           std::size_t /*bytes*/, cudaStream_t stream) const noexcept {
+    static_assert(std::is_same_v<TQ, skim::bfloat16> || std::is_same_v<TQ, skim::half>,
+                  "prefill_sm90: Q must be skim::bfloat16 or skim::half");
+    static_assert(std::is_same_v<typename KV::value_type, TQ>, "prefill_sm90: K/V must have Q's element type");
+    static_assert(std::is_same_v<TO, TQ> || std::is_same_v<TO, float>, "prefill_sm90: O must be Q's type or float");
+    static_assert(std::is_same_v<Index, skim::cuda::device_block_table> ||
+                      std::is_same_v<Index, skim::cuda::device_block_csr>,
+                  "prefill_sm90: index must be device_block_table or device_block_csr");
+    namespace k = detail::prefill_sm80;
+    namespace k90 = detail::prefill_sm90;
+
+    SKIM_TRY(skim::cuda::check_args(a));
+    const skim::cuda::device_problem& p = a.prob;
+    SKIM_TRY(can_implement(p));
+    if constexpr (!std::is_same_v<KV, skim::cuda::device_contiguous_kv<TQ>>) {
+      return status::error(status_code::unsupported, "prefill_sm90: paged K/V is not implemented (use prefill)");
+    } else {
+      const std::int64_t grid = static_cast<std::int64_t>(p.max_q_blocks()) * p.batch * p.heads_q;
+      if (grid == 0) return status::success();
+      if (grid > INT_MAX) {
+        return status::error(status_code::unsupported,
+                             "prefill_sm90: %lld CTAs (max_q_blocks %d x batch %d x heads_q %d) exceed one grid",
+                             static_cast<long long>(grid), p.max_q_blocks(), p.batch, p.heads_q);
+      }
+      SKIM_TRY(k90::check_device());
+
+      // Alignment contracts of the 16-byte loads and the paired stores (as prefill).
+      if (!k::aligned(a.q.data, 16) || a.q.token_stride % k::chunk_elems != 0 ||
+          (p.heads_q > 1 && a.q.head_stride % k::chunk_elems != 0)) {
+        return status::error(status_code::unsupported,
+                             "prefill_sm90: Q %p not 16-byte aligned, or Q strides (token %lld, head %lld) not "
+                             "multiples of 8", static_cast<const void*>(a.q.data),
+                             static_cast<long long>(a.q.token_stride), static_cast<long long>(a.q.head_stride));
+      }
+      SKIM_TRY(k::check_alignment(a.kv, p));
+      if (!k::aligned(a.o.data, 2 * sizeof(TO)) || a.o.token_stride % 2 != 0 ||
+          (p.heads_q > 1 && a.o.head_stride % 2 != 0)) {
+        return status::error(status_code::unsupported,
+                             "prefill_sm90: O %p not %zu-byte aligned, or O strides (token %lld, head %lld) not even",
+                             static_cast<const void*>(a.o.data), 2 * sizeof(TO),
+                             static_cast<long long>(a.o.token_stride), static_cast<long long>(a.o.head_stride));
+      }
+
+      k::params<TQ, KV> prm;
+      prm.prob = p;
+      prm.q = a.q;
+      prm.kv = a.kv;
+      if constexpr (std::is_same_v<Index, skim::cuda::device_block_csr>) {
+        prm.index.csr = a.index;
+        prm.index.is_csr = true;
+      } else {
+        prm.index.table = a.index;
+      }
+      prm.o = a.o.data;
+      prm.o_token_stride = a.o.token_stride;
+      prm.o_head_stride = a.o.head_stride;
+      prm.o_fp32 = std::is_same_v<TO, float>;
+      prm.lse = a.lse;
+      prm.scale_log2 = p.scale() * k90::log2e;
+      if (p.head_dim == 64) {
+        return p.block_kv == 64 ? k90::launch<TQ, KV, 64, 64>(prm, grid, stream)
+                                : k90::launch<TQ, KV, 64, 128>(prm, grid, stream);
+      }
+      return p.block_kv == 64 ? k90::launch<TQ, KV, 128, 64>(prm, grid, stream)
+                              : k90::launch<TQ, KV, 128, 128>(prm, grid, stream);
+    }
+  }
+};
+
+}  // namespace skim::exec::cuda
