@@ -16,8 +16,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <tuple>
 #include <type_traits>
 
@@ -40,6 +43,61 @@ namespace skim::cuda {
 // status of the launch just made (configuration errors surface here, not at the launch).
 [[nodiscard]] inline status check_launch(const char* kernel) noexcept {
   return check(cudaGetLastError(), kernel);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the executors' run() asks of the current device on every call, queried once per device
+// (attribute queries and cudaFuncSetAttribute cost host microseconds per call otherwise: a few
+// per layer and step for an engine that does not capture graphs). Thread-safe; devices numbered
+// from max_devices on are queried each time.
+
+inline constexpr int max_devices = 64;
+
+struct device_facts {
+  int device = 0;
+  int major = 0;       // compute capability
+  int minor = 0;
+  int smem_optin = 0;  // bytes of dynamic shared memory a block may opt in to
+};
+
+// The current device's facts.
+[[nodiscard]] inline status current_device(device_facts& out, const char* where) noexcept {
+  int device = 0;
+  SKIM_TRY(check(cudaGetDevice(&device), where));
+  const auto query = [&](device_facts& f) {
+    f.device = device;
+    cudaError_t e = cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&f.minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    return e;
+  };
+  if (device < 0 || device >= max_devices) return check(query(out), where);
+  static device_facts facts[max_devices];
+  static cudaError_t errors[max_devices];
+  static std::once_flag once[max_devices];
+  std::call_once(once[device], [&] { errors[device] = query(facts[device]); });
+  SKIM_TRY(check(errors[device], where));
+  out = facts[device];
+  return status::success();
+}
+
+// Lets Kernel launch with up to all the dynamic shared memory the device allows (its opt-in limit
+// less the kernel's static shared memory), once per kernel and device. The attribute is a cap, not
+// a reservation: occupancy still follows each launch's own size.
+template <auto Kernel>
+[[nodiscard]] inline status allow_dynamic_smem(const device_facts& d, const char* where) noexcept {
+  const auto set = [&] {
+    cudaFuncAttributes attr{};
+    cudaError_t e = cudaFuncGetAttributes(&attr, Kernel);
+    const int room = d.smem_optin - static_cast<int>(attr.sharedSizeBytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, room);
+    return e;
+  };
+  if (d.device < 0 || d.device >= max_devices) return check(set(), where);
+  static cudaError_t errors[max_devices];
+  static std::once_flag once[max_devices];
+  std::call_once(once[d.device], [&] { errors[d.device] = set(); });
+  return check(errors[d.device], where);
 }
 
 // Bits of the device error word. Kernels OR them in with atomicOr; 0 means no bad content seen.

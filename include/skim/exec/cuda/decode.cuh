@@ -214,18 +214,18 @@ struct decode {
       if (tensor_cores) {
         namespace k = decode_detail::mma;
         if (p.head_dim == 64) {
-          SKIM_TRY(launch_split(k::split_kernel<64, TQ, KV, Index, TO>, grid, mma_smem, stream, a, lp));
+          SKIM_TRY((launch_split<k::split_kernel<64, TQ, KV, Index, TO>>(grid, mma_smem, stream, a, lp)));
         } else {
-          SKIM_TRY(launch_split(k::split_kernel<128, TQ, KV, Index, TO>, grid, mma_smem, stream, a, lp));
+          SKIM_TRY((launch_split<k::split_kernel<128, TQ, KV, Index, TO>>(grid, mma_smem, stream, a, lp)));
         }
       }
     }
     if (!tensor_cores) {
       const std::size_t smem = decode_detail::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
       if (p.head_dim == 64) {
-        SKIM_TRY(launch_split(decode_detail::split_kernel<64, TQ, KV, Index, TO>, grid, smem, stream, a, lp));
+        SKIM_TRY((launch_split<decode_detail::split_kernel<64, TQ, KV, Index, TO>>(grid, smem, stream, a, lp)));
       } else {
-        SKIM_TRY(launch_split(decode_detail::split_kernel<128, TQ, KV, Index, TO>, grid, smem, stream, a, lp));
+        SKIM_TRY((launch_split<decode_detail::split_kernel<128, TQ, KV, Index, TO>>(grid, smem, stream, a, lp)));
       }
     }
     if (lp.splits > 1) {
@@ -249,17 +249,13 @@ struct decode {
     if (kernel == decode_kernel::tensor_cores && !one_type) {
       return status::error(status_code::unsupported, "cuda::decode: the tensor-core kernel needs Q and K/V of one type");
     }
-    int device = 0, major = 0, optin = 0;
-    SKIM_TRY(skim::cuda::check(cudaGetDevice(&device), "cudaGetDevice in skim::exec::cuda::decode"));
-    SKIM_TRY(skim::cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-                               "cudaDeviceGetAttribute in skim::exec::cuda::decode"));
-    SKIM_TRY(skim::cuda::check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-                               "cudaDeviceGetAttribute in skim::exec::cuda::decode"));
-    const bool fits = major >= 8 && smem <= static_cast<std::size_t>(optin);
+    skim::cuda::device_facts d;
+    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::decode: device attributes"));
+    const bool fits = d.major >= 8 && smem <= static_cast<std::size_t>(d.smem_optin);
     if (kernel == decode_kernel::tensor_cores && !fits) {
       return status::error(status_code::unsupported, "cuda::decode: the tensor-core kernel needs sm_80 or later and "
-                           "%zu bytes of shared memory per block (device %d: sm_%d0, %d bytes)", smem, device, major,
-                           optin);
+                           "%zu bytes of shared memory per block (device %d: sm_%d%d, %d bytes)", smem, d.device,
+                           d.major, d.minor, d.smem_optin);
     }
     tensor_cores = one_type && fits;
     return status::success();
@@ -298,13 +294,14 @@ struct decode {
     return status::success();
   }
 
-  template <class Kernel, class Args>
-  [[nodiscard]] static status launch_split(Kernel fn, dim3 grid, std::size_t smem, cudaStream_t stream,
-                                           const Args& a, const decode_detail::launch_params& lp) noexcept {
-    SKIM_TRY(skim::cuda::check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(smem)),
-                               "cudaFuncSetAttribute in skim::exec::cuda::decode"));
-    fn<<<grid, decode_detail::threads, smem, stream>>>(a, lp);
+  // Launches split kernel Kernel (its dynamic shared memory allowed once per device).
+  template <auto Kernel, class Args>
+  [[nodiscard]] static status launch_split(dim3 grid, std::size_t smem, cudaStream_t stream, const Args& a,
+                                           const decode_detail::launch_params& lp) noexcept {
+    skim::cuda::device_facts d;
+    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::decode: device attributes"));
+    SKIM_TRY(skim::cuda::allow_dynamic_smem<Kernel>(d, "cudaFuncSetAttribute in skim::exec::cuda::decode"));
+    Kernel<<<grid, decode_detail::threads, smem, stream>>>(a, lp);
     return skim::cuda::check_launch("skim::exec::cuda::decode");
   }
 };

@@ -57,22 +57,16 @@ template <class T, class KV, class Index, int D, int BQ, int BK>
 [[nodiscard]] status launch(const params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
   constexpr std::size_t smem = smem_bytes<D, BQ, BK>;
   constexpr int threads = BQ / 16 * 32;
-  const auto kernel = prefill_kernel<T, KV, D, BQ, BK, Index>;
+  constexpr auto kernel = prefill_kernel<T, KV, D, BQ, BK, Index>;
   if constexpr (smem > 48 * 1024) {
-    // Set on every call (a host-side attribute write, no sync): the current device may differ
-    // between calls, and the attribute is per device.
-    int device = 0, optin = 0;
-    SKIM_TRY(skim::cuda::check(cudaGetDevice(&device), "cudaGetDevice in skim::exec::cuda::prefill"));
-    SKIM_TRY(skim::cuda::check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-                               "cudaDeviceGetAttribute in skim::exec::cuda::prefill"));
-    if (static_cast<std::size_t>(optin) < smem) {
+    skim::cuda::device_facts d;
+    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::prefill: device attributes"));
+    if (static_cast<std::size_t>(d.smem_optin) < smem) {
       return status::error(status_code::unsupported,
                            "prefill tile (head_dim %d, block_q %d, block_kv %d) needs %zu bytes of shared memory, "
-                           "device %d allows %d", D, BQ, BK, smem, device, optin);
+                           "device %d allows %d", D, BQ, BK, smem, d.device, d.smem_optin);
     }
-    SKIM_TRY(skim::cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(smem)),
-                               "cudaFuncSetAttribute in skim::exec::cuda::prefill"));
+    SKIM_TRY(skim::cuda::allow_dynamic_smem<kernel>(d, "cudaFuncSetAttribute in skim::exec::cuda::prefill"));
   }
   kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(prm);
   return skim::cuda::check_launch("skim::exec::cuda::prefill");
