@@ -113,6 +113,28 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parit
       : "memory");
 }
 
+// Arrive and raise the phase's expected transaction bytes (the bulk copies that complete on it).
+__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) noexcept {
+#if SKIM_WGMMA_AVAILABLE
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+
+// Tensor copy (TMA, sm_90) of the box at coordinates (c0, c1, c2) of the 3-d tensor map `map` (a
+// __grid_constant__ kernel parameter) into shared memory at `dst`, completing on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, std::int32_t c0, std::int32_t c1,
+                                            std::int32_t c2, std::uint32_t bar) noexcept {
+#if SKIM_WGMMA_AVAILABLE
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+#endif
+}
+
 // 16 bytes global → shared, asynchronously; src_bytes 0 reads nothing and writes zeros.
 __device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst, const void* src, std::uint32_t src_bytes) noexcept {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
