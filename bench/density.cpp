@@ -80,7 +80,8 @@ void sparse(benchmark::State& state, int threads, kv_layout layout, std::int32_t
   const skim::problem p = make_problem(cu_q, cu_kv);
   const bool decode = queries == 1;
   sparse_job<kv_type> job(make_sparse_step(p.kv_blocks(0), share), p, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
-                          decode ? skim::summaries_mode::append_newest : skim::summaries_mode::build, layout);
+                          decode ? skim::summaries_mode::append_newest : skim::summaries_mode::build, layout,
+                          /*split_kv_heads=*/threads > 1);
   if (!time_sparse_steps(state, job, threads)) return;
   const double density = job.density();
   state.counters["density"] = density;

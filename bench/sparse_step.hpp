@@ -55,7 +55,9 @@ using sparse_step = skim::sparse_attention<skim::summarize::max_bound, skim::rou
   return step;
 }
 
-// One kv head per slice; each slice owns its summaries, block_table, lse and workspace.
+// One kv head per slice (split_kv_heads, how the 2-thread rows run: a slice per thread), or the
+// whole problem in one slice (1 thread: the executor then runs a query block's kv heads together,
+// like the dense peer's single run). Each slice owns its summaries, block_table, lse and workspace.
 // T is the K/V dtype; Q and O are fp32.
 template <class T>
 class sparse_job {
@@ -74,8 +76,8 @@ class sparse_job {
 
   // q [n_q, heads_q, dim] fp32, k, v [n_kv, heads_kv, dim], o [n_q, heads_q, dim]; p the whole problem.
   sparse_job(const sparse_step& step, const skim::problem& p, const float* q, const T* k, const T* v, float* o,
-             skim::summaries_mode mode, kv_layout layout = kv_layout::token_major)
-      : step_(step), mode_(mode), slices_(std::size_t(p.heads_kv)) {
+             skim::summaries_mode mode, kv_layout layout = kv_layout::token_major, bool split_kv_heads = true)
+      : step_(step), mode_(mode), slices_(std::size_t(split_kv_heads ? p.heads_kv : 1)) {
     const std::int32_t nq = p.tokens_q(), nkv = p.tokens_kv();
     const auto qv = skim::strided_view<const float>::token_major(q, nq, p.heads_q, p.head_dim);
     const auto ov = skim::strided_view<float>::token_major(o, nq, p.heads_q, p.head_dim);
@@ -85,14 +87,15 @@ class sparse_job {
     };
     const auto kv = kv_view(k);
     const auto vv = kv_view(v);
-    for (std::int32_t g = 0; g < p.heads_kv; ++g) {
+    for (std::int32_t g = 0; g < std::int32_t(slices_.size()); ++g) {
       slice& s = slices_[std::size_t(g)];
-      s.prob = slice_problem(p);
-      s.q = slice_heads(qv, g * p.group_size(), p.group_size());
-      s.o = slice_heads(ov, g * p.group_size(), p.group_size());
-      s.kv = {.k = slice_heads(kv, g, 1), .v = slice_heads(vv, g, 1)};
+      s.prob = split_kv_heads ? slice_problem(p) : p;
+      const std::int32_t kv_heads = s.prob.heads_kv, q_heads = s.prob.heads_q;
+      s.q = slice_heads(qv, g * q_heads, q_heads);
+      s.o = slice_heads(ov, g * q_heads, q_heads);
+      s.kv = {.k = slice_heads(kv, g * kv_heads, kv_heads), .v = slice_heads(vv, g * kv_heads, kv_heads)};
       s.summaries.resize(std::size_t(step_.summary_floats(s.prob)));
-      s.lse.resize(std::size_t(nq) * std::size_t(p.group_size()));
+      s.lse.resize(std::size_t(nq) * std::size_t(q_heads));
       s.width = step_.table_width(s.prob);
       s.ids.resize(std::size_t(s.prob.index_rows() * s.width));
       s.count.resize(std::size_t(s.prob.index_rows()));
