@@ -9,8 +9,8 @@
 //           --sets 4 (index sets rotated between timed runs) --reps 50 --index-out FILE
 //   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
 //           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C
-//   prefill: --kernel sm80|sm90 (exec::cuda::prefill on mma.sync, the default, or prefill_sm90 on
-//           wgmma; printed as "kernel" in the JSON line)
+//   prefill: --kernel mma|wgmma|auto (exec::cuda::prefill's kernel: mma.sync, wgmma on sm_90a, or
+//           the executor's choice, the default; printed as "kernel" in the JSON line)
 //
 // Method (METHOD.md): random inputs (never zeros), a warm-up, device events around each run, the
 // median over reps; each rep uses the next of --sets random index sets over the same K/V, so the
@@ -29,7 +29,6 @@
 #include <vector>
 
 #include <skim/cuda.cuh>
-#include <skim/exec/cuda/prefill_sm90.cuh>
 
 namespace {
 
@@ -234,7 +233,13 @@ int run_decode(const options& o) {
   return 0;
 }
 
-template <class T, class Exec>
+skim::exec::cuda::prefill_kernel prefill_kernel_of(const options& o) {
+  if (o.kernel == "mma") return skim::exec::cuda::prefill_kernel::mma_sync;
+  if (o.kernel == "wgmma") return skim::exec::cuda::prefill_kernel::wgmma;
+  return skim::exec::cuda::prefill_kernel::automatic;
+}
+
+template <class T>
 int run_prefill(const options& o) {
   const int q_blocks = (o.n + o.bq - 1) / o.bq;
   const int kv_blocks = (o.n + o.bk - 1) / o.bk;
@@ -283,7 +288,7 @@ int run_prefill(const options& o) {
                                .block_q = o.bq, .block_kv = o.bk, .mask = skim::mask_kind::causal,
                                .cu_seqlens_q = d_cu.p, .cu_seqlens_kv = d_cu.p, .max_seqlen_q = o.n,
                                .max_seqlen_kv = o.n};
-  const Exec exec;
+  const skim::exec::cuda::prefill exec{.kernel = prefill_kernel_of(o)};
   BENCH_STATUS(exec.can_implement(p));
   const std::size_t ws_bytes = exec.workspace_bytes(p);
   device_array<std::byte> ws(ws_bytes);
@@ -301,8 +306,7 @@ int run_prefill(const options& o) {
   const double flops = 4.0 * pairs * o.dim * (o.heads_q / o.heads_kv);
   std::printf("{\"bench\": \"prefill\", \"impl\": \"skim\", \"n\": %d, \"blocks\": %d, \"ms\": %.5f, \"flops\": %.0f, "
               "\"tflop_per_s\": %.2f, \"kernel\": \"%s\"}\n",
-              o.n, dense ? 0 : width, ms, flops, flops / ms * 1e-9,
-              std::is_same_v<Exec, skim::exec::cuda::prefill_sm90> ? "sm90" : "sm80");
+              o.n, dense ? 0 : width, ms, flops, flops / ms * 1e-9, o.kernel.c_str());
   return 0;
 }
 
@@ -434,16 +438,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.mode == "prefill") {
-    if (o.kernel == "sm90") {
-      return bf16 ? run_prefill<skim::bfloat16, skim::exec::cuda::prefill_sm90>(o)
-                  : run_prefill<skim::half, skim::exec::cuda::prefill_sm90>(o);
-    }
-    if (o.kernel != "sm80" && o.kernel != "auto") {
-      std::fprintf(stderr, "--kernel %s: sm80 or sm90 for prefill\n", o.kernel.c_str());
+    if (o.kernel != "mma" && o.kernel != "wgmma" && o.kernel != "auto") {
+      std::fprintf(stderr, "--kernel %s: mma, wgmma or auto for prefill\n", o.kernel.c_str());
       return 2;
     }
-    return bf16 ? run_prefill<skim::bfloat16, skim::exec::cuda::prefill>(o)
-                : run_prefill<skim::half, skim::exec::cuda::prefill>(o);
+    return bf16 ? run_prefill<skim::bfloat16>(o) : run_prefill<skim::half>(o);
   }
   if (o.kernel != "simt" && o.kernel != "mma" && o.kernel != "auto") {
     std::fprintf(stderr, "--kernel %s: simt, mma or auto\n", o.kernel.c_str());

@@ -1,5 +1,7 @@
 // skim::exec::cuda::prefill against exec::reference (CPU, double) on the same random cases and
-// the same host-built selections: every supported tile shape, bf16 and fp16, fp32 and 16-bit
+// the same host-built selections, each case through every kernel that applies to it (mma_sync
+// always; wgmma on an sm_90 device for block_q 128 and contiguous K/V): every supported tile shape,
+// bf16 and fp16, fp32 and 16-bit
 // outputs, contiguous and paged K/V, block_table and block_csr, the implicit indices (causal_all,
 // sink + window) and unions of a table or CSR with a sink and a window, both index scopes, GQA 1/4/8,
 // varlen batches with empty sequences, partial query and key blocks, q_len < kv_len (prefix
@@ -38,6 +40,16 @@ using bf16 = skim::bfloat16;
 namespace tc = skim::test::cuda;
 
 enum class index_form { table, csr };
+using exec::cuda::prefill_kernel;
+
+const char* name_of(prefill_kernel k) { return k == prefill_kernel::wgmma ? "wgmma" : "mma_sync"; }
+
+// The kernels a case runs through: mma_sync always, wgmma where it applies on this device.
+std::vector<prefill_kernel> kernels_for(const case_spec& s) {
+  std::vector<prefill_kernel> k{prefill_kernel::mma_sync};
+  if (tc::is_sm90() && s.block_q == 128 && !s.paged) k.push_back(prefill_kernel::wgmma);
+  return k;
+}
 
 // P is rounded to the input type before P·V, and O to TO: per-row relative L2 error bounds.
 template <class T>
@@ -135,7 +147,8 @@ bool all_ones(const std::vector<T>& v, std::size_t from) {
 // Runs prefill on the device with the case's K/V storage (spec.paged) and the given device index
 // (any of index.cuh).
 template <class TO, class T, class Index>
-device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, T>& dc, const Index& index) {
+device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, T>& dc, const Index& index,
+                                 prefill_kernel kernel) {
   const case_spec& s = c.spec;
   const std::size_t o_elems = static_cast<std::size_t>(c.tokens_q()) * s.heads_q * s.head_dim;
   const std::size_t lse_elems = static_cast<std::size_t>(c.tokens_q()) * s.heads_q;
@@ -155,10 +168,10 @@ device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, 
   const auto go = [&](auto kv) {
     const skim::cuda::device_attention_args<T, decltype(kv), Index, TO> a{
         .prob = dc.prob(s), .q = q, .kv = kv, .index = index, .o = ov, .lse = lse.data()};
-    const exec::cuda::prefill e;
+    const exec::cuda::prefill e{.kernel = kernel};
     REQUIRE(e.workspace_bytes(a.prob) == 0);
     const status st = e.run(a, nullptr, 0, nullptr);
-    INFO("prefill: " << std::string(st.message()));
+    INFO("prefill (" << name_of(kernel) << "): " << std::string(st.message()));
     REQUIRE(st.ok());
     SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
   };
@@ -186,8 +199,9 @@ device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, 
 // The same with a stored selection in the given form.
 template <class TO, class T>
 device_result<TO> run_prefill(const random_case<T, T>& c, tc::device_case<T, T>& dc, const device_index& idx,
-                              index_form form) {
-  return form == index_form::csr ? run_prefill_on<TO>(c, dc, idx.csr()) : run_prefill_on<TO>(c, dc, idx.table());
+                              index_form form, prefill_kernel kernel) {
+  return form == index_form::csr ? run_prefill_on<TO>(c, dc, idx.csr(), kernel)
+                                 : run_prefill_on<TO>(c, dc, idx.table(), kernel);
 }
 
 // The reference's O and lse on the case's contiguous K/V and a CPU index (any skim::block_index).
@@ -229,9 +243,12 @@ void check_case(const case_spec& spec, std::mt19937& rng, double density, index_
   run_reference(c, csr, ref);
   tc::device_case<T, T> dc(c);
   const device_index idx(csr, uniform(rng, 0, 2));
-  const device_result<TO> got = run_prefill<TO>(c, dc, idx, form);
-  check_against(c, got, ref);
-  CHECK(got.error_bits == 0u);
+  for (const prefill_kernel k : kernels_for(spec)) {
+    INFO("kernel " << name_of(k));
+    const device_result<TO> got = run_prefill<TO>(c, dc, idx, form, k);
+    check_against(c, got, ref);
+    CHECK(got.error_bits == 0u);
+  }
 }
 
 case_spec small_spec(std::int32_t d, std::int32_t bq, std::int32_t bk, std::int32_t heads_q, std::int32_t heads_kv,
@@ -297,9 +314,12 @@ void check_implicit_case(const case_spec& spec, std::mt19937& rng, implicit_kind
     REQUIRE(cpu.validate(p).ok());
     output<TO> ref(spec, c.tokens_q());
     run_reference_on(c, cpu, ref);
-    const device_result<TO> got = run_prefill_on<TO>(c, dc, dev);
-    check_against(c, got, ref);
-    CHECK(got.error_bits == 0u);
+    for (const prefill_kernel k : kernels_for(spec)) {
+      INFO("kernel " << name_of(k));
+      const device_result<TO> got = run_prefill_on<TO>(c, dc, dev, k);
+      check_against(c, got, ref);
+      CHECK(got.error_bits == 0u);
+    }
   });
 }
 
@@ -350,22 +370,26 @@ TEST_CASE("prefill over many tiles: a long causal sequence, sparse and dense") {
 
 TEST_CASE("prefill is deterministic: two runs are bit-identical") {
   std::mt19937 rng(0xde7u);
-  const case_spec spec = small_spec(128, 64, 64, 8, 2, {{300, 420}, {65, 65}});
+  const case_spec spec = small_spec(128, 128, 64, 8, 2, {{300, 420}, {65, 65}});
   const random_case<bf16, bf16> c(spec, rng);
   const csr_storage csr = random_selection(c.prob(), rng, 0.5);
   tc::device_case<bf16, bf16> dc(c);
   const device_index idx(csr, 1);
-  const auto a = run_prefill<float>(c, dc, idx, index_form::csr);
-  const auto b = run_prefill<float>(c, dc, idx, index_form::csr);
-  const auto t = run_prefill<float>(c, dc, idx, index_form::table);  // same ids, other storage
-  CHECK(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(a.o.data(), t.o.data(), a.o.size() * sizeof(float)) == 0);
+  for (const prefill_kernel k : kernels_for(spec)) {
+    INFO("kernel " << name_of(k));
+    const auto a = run_prefill<float>(c, dc, idx, index_form::csr, k);
+    const auto b = run_prefill<float>(c, dc, idx, index_form::csr, k);
+    const auto t = run_prefill<float>(c, dc, idx, index_form::table, k);  // same ids, other storage
+    CHECK(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(a.o.data(), t.o.data(), a.o.size() * sizeof(float)) == 0);
+  }
 }
 
-TEST_CASE("prefill small bad input: ids, order, counts and pages are skipped and reported") {
-  std::mt19937 rng(0xbad1u);
-  const case_spec spec = small_spec(64, 64, 64, 4, 2, {{150, 200}, {64, 130}}, mask_kind::causal, true);
+// Bad device content in a case's selection (and its pages, when paged): every kernel that applies
+// skips it, reports it, and computes what the reference computes without it.
+void check_bad_input(const case_spec& spec, std::uint32_t seed) {
+  std::mt19937 rng(seed);
   const random_case<f16, f16> c(spec, rng);
   const problem p = c.prob();
   const csr_storage clean = random_selection(p, rng, 0.7);
@@ -373,7 +397,6 @@ TEST_CASE("prefill small bad input: ids, order, counts and pages are skipped and
   run_reference(c, clean, ref);  // what the kernel must still compute: the bad entries skipped
   tc::device_case<f16, f16> dc(c);
 
-  // Rows with room for an extra id past the visible ones, and non-empty rows.
   std::vector<row_info> rows;
   REQUIRE(for_each_row(p, [&](const row_info& r) { rows.push_back(r); }).ok());
   const auto edit = [&](auto&& change) {  // a copy of the clean selection with one row changed
@@ -387,67 +410,81 @@ TEST_CASE("prefill small bad input: ids, order, counts and pages are skipped and
     }
     return bad;
   };
-  const auto run_both_forms = [&](const csr_storage& bad, std::uint32_t expected_bit) {
-    const device_index idx(bad, 0);
-    for (const index_form form : {index_form::csr, index_form::table}) {
-      INFO((form == index_form::csr ? "csr" : "table"));
-      const auto got = run_prefill<float>(c, dc, idx, form);
-      CHECK((got.error_bits & expected_bit) != 0u);
+  for (const prefill_kernel k : kernels_for(spec)) {
+    INFO("kernel " << name_of(k));
+    const auto run_both_forms = [&](const csr_storage& bad, std::uint32_t expected_bit) {
+      const device_index idx(bad, 0);
+      for (const index_form form : {index_form::csr, index_form::table}) {
+        INFO((form == index_form::csr ? "csr" : "table"));
+        const auto got = run_prefill<float>(c, dc, idx, form, k);
+        CHECK((got.error_bits & expected_bit) != 0u);
+        check_against(c, got, ref);
+      }
+    };
+    {
+      INFO("an id past the row's visible blocks, and a negative one");
+      bool done = false;
+      run_both_forms(edit([&](const row_info& r, std::vector<std::int32_t>& ids) {
+                       if (done) return;
+                       ids.insert(ids.begin(), -1);
+                       ids.push_back(r.visible_blocks);
+                       done = true;
+                     }),
+                     skim::cuda::bad_block_id);
+    }
+    {
+      INFO("a repeated id and a descending pair");
+      bool done = false;
+      run_both_forms(edit([&](const row_info&, std::vector<std::int32_t>& ids) {
+                       if (done || ids.size() < 2) return;
+                       ids.push_back(ids.back());   // counted twice if not skipped
+                       ids.push_back(ids.front());  // below the previous id
+                       done = true;
+                     }),
+                     skim::cuda::bad_order);
+    }
+    {
+      INFO("a table count above the width, a CSR range past col_idx");
+      device_index idx(clean, 0);
+      // Count of the widest row raised past the width: clamped to the width, i.e. the same ids.
+      std::vector<std::int32_t> count = idx.count.download();
+      const auto widest = std::max_element(count.begin(), count.end()) - count.begin();
+      count[static_cast<std::size_t>(widest)] = idx.width + 5;
+      idx.count.upload(count);
+      auto got = run_prefill<float>(c, dc, idx, index_form::table, k);
+      CHECK((got.error_bits & skim::cuda::bad_count) != 0u);
+      check_against(c, got, ref);
+      // The last row's end moved past col_idx: clamped to capacity, the same ids.
+      std::vector<std::int32_t> row_ptr = clean.row_ptr;
+      row_ptr.back() += 3;
+      idx.row_ptr.upload(row_ptr);
+      got = run_prefill<float>(c, dc, idx, index_form::csr, k);
+      CHECK((got.error_bits & skim::cuda::bad_count) != 0u);
       check_against(c, got, ref);
     }
-  };
+    if (spec.paged) {
+      INFO("a page outside the pool");
+      std::vector<std::int32_t> pages = c.page_indices;
+      // Every page of sequence 0 (so whichever blocks the selection reads, one is bad).
+      for (std::int32_t i = c.page_indptr[0]; i < c.page_indptr[1]; ++i) pages[static_cast<std::size_t>(i)] = c.num_pages + 3;
+      dc.page_indices.upload(pages);
+      const device_index idx(clean, 0);
+      const auto got = run_prefill<float>(c, dc, idx, index_form::csr, k);
+      dc.page_indices.upload(c.page_indices);
+      CHECK((got.error_bits & skim::cuda::bad_page) != 0u);
+      CHECK(got.guard_intact);
+      // Rows keep finite values (the page's keys read as zeros), and nothing else is reported.
+      CHECK(std::all_of(got.o.begin(), got.o.end(), [](float x) { return std::isfinite(x); }));
+      CHECK((got.error_bits & ~static_cast<std::uint32_t>(skim::cuda::bad_page)) == 0u);
+    }
+  }
+}
 
-  SUBCASE("an id past the row's visible blocks, and a negative one") {
-    bool done = false;
-    run_both_forms(edit([&](const row_info& r, std::vector<std::int32_t>& ids) {
-                     if (done) return;
-                     ids.insert(ids.begin(), -1);
-                     ids.push_back(r.visible_blocks);
-                     done = true;
-                   }),
-                   skim::cuda::bad_block_id);
-  }
-  SUBCASE("a repeated id and a descending pair") {
-    bool done = false;
-    run_both_forms(edit([&](const row_info&, std::vector<std::int32_t>& ids) {
-                     if (done || ids.size() < 2) return;
-                     ids.push_back(ids.back());      // counted twice if not skipped
-                     ids.push_back(ids.front());     // below the previous id
-                     done = true;
-                   }),
-                   skim::cuda::bad_order);
-  }
-  SUBCASE("a table count above the width, a CSR range past col_idx") {
-    device_index idx(clean, 0);
-    // Count of the widest row raised past the width: clamped to the width, i.e. the same ids.
-    std::vector<std::int32_t> count = idx.count.download();
-    const auto widest = std::max_element(count.begin(), count.end()) - count.begin();
-    count[static_cast<std::size_t>(widest)] = idx.width + 5;
-    idx.count.upload(count);
-    auto got = run_prefill<float>(c, dc, idx, index_form::table);
-    CHECK((got.error_bits & skim::cuda::bad_count) != 0u);
-    check_against(c, got, ref);
-    // The last row's end moved past col_idx: clamped to capacity, the same ids.
-    std::vector<std::int32_t> row_ptr = clean.row_ptr;
-    row_ptr.back() += 3;
-    idx.row_ptr.upload(row_ptr);
-    got = run_prefill<float>(c, dc, idx, index_form::csr);
-    CHECK((got.error_bits & skim::cuda::bad_count) != 0u);
-    check_against(c, got, ref);
-  }
-  SUBCASE("a page outside the pool") {
-    std::vector<std::int32_t> pages = c.page_indices;
-    // Every page of sequence 0 (so whichever blocks the selection reads, one is bad).
-    for (std::int32_t i = c.page_indptr[0]; i < c.page_indptr[1]; ++i) pages[static_cast<std::size_t>(i)] = c.num_pages + 3;
-    dc.page_indices.upload(pages);
-    const device_index idx(clean, 0);
-    const auto got = run_prefill<float>(c, dc, idx, index_form::csr);
-    CHECK((got.error_bits & skim::cuda::bad_page) != 0u);
-    CHECK(got.guard_intact);
-    // Rows keep finite values (the page's keys read as zeros), and nothing else is reported.
-    CHECK(std::all_of(got.o.begin(), got.o.end(), [](float x) { return std::isfinite(x); }));
-    CHECK((got.error_bits & ~static_cast<std::uint32_t>(skim::cuda::bad_page)) == 0u);
-  }
+TEST_CASE("prefill small bad input: ids, order, counts and pages are skipped and reported") {
+  // Paged K/V with query blocks of 64 (the mma_sync kernel), then contiguous K/V with blocks of 128
+  // (every kernel).
+  check_bad_input(small_spec(64, 64, 64, 4, 2, {{150, 200}, {64, 130}}, mask_kind::causal, true), 0xbad1u);
+  check_bad_input(small_spec(64, 128, 64, 4, 2, {{150, 200}, {64, 130}}), 0xbad9u);
 }
 
 TEST_CASE("prefill small implicit indices: causal_all, sink + window, table/CSR + sink + window") {
@@ -496,7 +533,7 @@ TEST_CASE("prefill over a long sequence: sink + window and causal_all over many 
 
 TEST_CASE("prefill small bad input under a union: the table part's bad ids and counts are skipped and reported") {
   std::mt19937 rng(0xbad2u);
-  const case_spec spec = small_spec(64, 64, 64, 4, 2, {{150, 200}, {64, 130}});
+  const case_spec spec = small_spec(64, 128, 64, 4, 2, {{150, 200}, {64, 130}});
   const random_case<bf16, bf16> c(spec, rng);
   const problem p = c.prob();
   const csr_storage clean = random_selection(p, rng, 0.5);
@@ -523,23 +560,26 @@ TEST_CASE("prefill small bad input under a union: the table part's bad ids and c
   }
   const skim::cuda::device_sink ds{1};
   const skim::cuda::device_sliding_window dw{1};
-  {
-    const device_index idx(bad, 0);
-    const auto got = run_prefill_on<float>(c, dc, skim::cuda::make_device_union(idx.table(), ds, dw));
-    CHECK((got.error_bits & skim::cuda::bad_block_id) != 0u);
-    CHECK((got.error_bits & ~static_cast<std::uint32_t>(skim::cuda::bad_block_id)) == 0u);
-    check_against(c, got, ref);
-  }
-  {
-    // A count past the width: clamped to the width (the same ids), reported as bad_count.
-    device_index idx(clean, 0);
-    std::vector<std::int32_t> count = idx.count.download();
-    const auto widest = std::max_element(count.begin(), count.end()) - count.begin();
-    count[static_cast<std::size_t>(widest)] = idx.width + 5;
-    idx.count.upload(count);
-    const auto got = run_prefill_on<float>(c, dc, skim::cuda::make_device_union(idx.table(), ds, dw));
-    CHECK(got.error_bits == static_cast<std::uint32_t>(skim::cuda::bad_count));
-    check_against(c, got, ref);
+  for (const prefill_kernel k : kernels_for(spec)) {
+    INFO("kernel " << name_of(k));
+    {
+      const device_index idx(bad, 0);
+      const auto got = run_prefill_on<float>(c, dc, skim::cuda::make_device_union(idx.table(), ds, dw), k);
+      CHECK((got.error_bits & skim::cuda::bad_block_id) != 0u);
+      CHECK((got.error_bits & ~static_cast<std::uint32_t>(skim::cuda::bad_block_id)) == 0u);
+      check_against(c, got, ref);
+    }
+    {
+      // A count past the width: clamped to the width (the same ids), reported as bad_count.
+      device_index idx(clean, 0);
+      std::vector<std::int32_t> count = idx.count.download();
+      const auto widest = std::max_element(count.begin(), count.end()) - count.begin();
+      count[static_cast<std::size_t>(widest)] = idx.width + 5;
+      idx.count.upload(count);
+      const auto got = run_prefill_on<float>(c, dc, skim::cuda::make_device_union(idx.table(), ds, dw), k);
+      CHECK(got.error_bits == static_cast<std::uint32_t>(skim::cuda::bad_count));
+      check_against(c, got, ref);
+    }
   }
 }
 
@@ -601,5 +641,51 @@ TEST_CASE("prefill host checks: unsupported shapes and misaligned views") {
     st = e.run(b, nullptr, 0, nullptr);
     CHECK(st.code() == status_code::invalid_argument);
     CHECK(std::string(st.message()) == "union part 1: union part 0: sink blocks -1 < 0");
+  }
+}
+
+TEST_CASE("prefill small kernel choice: wgmma is refused where it does not apply, automatic takes it where it does") {
+  std::mt19937 rng(0x90a0u);
+  const exec::cuda::prefill wgmma{.kernel = prefill_kernel::wgmma};
+  skim::cuda::device_problem p{.batch = 0, .heads_q = 2, .heads_kv = 1, .head_dim = 64, .block_q = 64, .block_kv = 64};
+  status st = wgmma.can_implement(p);
+  CHECK(st.code() == status_code::unsupported);
+  CHECK(std::string(st.message()) == "prefill (wgmma): block_q 64 is not 128");
+  p.block_q = 128;
+  CHECK(wgmma.can_implement(p).ok());
+
+  for (const bool paged : {true, false}) {
+    INFO((paged ? "paged" : "contiguous"));
+    const case_spec spec = small_spec(64, 128, 64, 4, 2, {{150, 200}, {0, 7}, {64, 130}}, mask_kind::causal, paged);
+    const random_case<bf16, bf16> c(spec, rng);
+    const csr_storage csr = random_selection(c.prob(), rng, 0.5);
+    tc::device_case<bf16, bf16> dc(c);
+    const device_index idx(csr, 0);
+    const auto run_with = [&](prefill_kernel k) {
+      const auto go = [&](auto kv) {
+        tc::buffer<float> o(static_cast<std::size_t>(c.tokens_q()) * spec.heads_q * spec.head_dim);
+        const skim::cuda::device_attention_args<bf16, decltype(kv), skim::cuda::device_block_csr, float> a{
+            .prob = dc.prob(spec), .q = {dc.q.data(), 64 * 4, 64}, .kv = kv, .index = idx.csr(),
+            .o = {o.data(), 64 * 4, 64}};
+        const status s = exec::cuda::prefill{.kernel = k}.run(a, nullptr, 0, nullptr);
+        SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+        return std::pair{s, s.ok() ? o.download() : std::vector<float>{}};
+      };
+      return paged ? go(dc.paged(c)) : go(dc.contiguous(spec));
+    };
+    const auto [ws, wo] = run_with(prefill_kernel::wgmma);
+    const auto [as, ao] = run_with(prefill_kernel::automatic);
+    const auto [ms, mo] = run_with(prefill_kernel::mma_sync);
+    REQUIRE(as.ok());
+    REQUIRE(ms.ok());
+    CHECK(dc.error_bits() == 0u);
+    if (paged || !tc::is_sm90()) {
+      CHECK(ws.code() == status_code::unsupported);
+      CHECK(std::string(ws.message()).find("prefill (wgmma): needs contiguous K/V") == 0);
+      CHECK(ao == mo);  // automatic took mma_sync
+    } else {
+      REQUIRE(ws.ok());
+      CHECK(ao == wo);  // automatic took wgmma
+    }
   }
 }

@@ -64,6 +64,18 @@ class buffer {
   std::size_t n_ = 0;
 };
 
+// Whether the current device is sm_90 (H100, H200), where prefill's wgmma kernel applies.
+inline bool is_sm90() {
+  static const bool yes = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
+    return major == 9 && minor == 0;
+  }();
+  return yes;
+}
+
 // A random_case's inputs on the device: cu_seqlens, Q, K/V (contiguous and paged), an error word.
 template <class TQ, class TKV>
 struct device_case {

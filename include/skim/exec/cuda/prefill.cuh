@@ -1,6 +1,9 @@
 #pragma once
 // skim::exec::cuda::prefill — block-sparse attention over many queries per sequence (prefill,
-// chunked prefill, prefix-cached prefill) on tensor cores, sm_80 and later.
+// chunked prefill, prefix-cached prefill) on tensor cores, sm_80 and later, with two kernels:
+// mma.sync (prefill_sm80.cuh, FlashAttention-2 style, every supported shape) and, on sm_90, wgmma
+// with tensor-memory copies and a producer warpgroup (prefill_sm90.cuh: block_q 128, contiguous
+// K/V, a binary built for sm_90a). prefill_kernel::automatic takes wgmma where it applies.
 //
 // It computes exactly what skim::exec::reference computes (exec/cpu/reference.hpp): for each query
 // token q of sequence b and query head h, the index row (q_block_offset(b) + q / block_q) ·
@@ -47,80 +50,20 @@
 #include "skim/core/status.hpp"
 #include "skim/exec/cuda/common.cuh"
 #include "skim/exec/cuda/prefill_sm80.cuh"
+#include "skim/exec/cuda/prefill_sm90.cuh"
 
 namespace skim::exec::cuda {
 
-namespace detail::prefill_sm80 {
-
-// Launches the (D, BQ, BK) kernel: grid of max_q_blocks · batch · heads_q CTAs, BQ / 16 warps each.
-template <class T, class KV, class Index, int D, int BQ, int BK>
-[[nodiscard]] status launch(const params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
-  constexpr std::size_t smem = smem_bytes<D, BQ, BK>;
-  constexpr int threads = BQ / 16 * 32;
-  constexpr auto kernel = prefill_kernel<T, KV, D, BQ, BK, Index>;
-  if constexpr (smem > 48 * 1024) {
-    skim::cuda::device_facts d;
-    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::prefill: device attributes"));
-    if (static_cast<std::size_t>(d.smem_optin) < smem) {
-      return status::error(status_code::unsupported,
-                           "prefill tile (head_dim %d, block_q %d, block_kv %d) needs %zu bytes of shared memory, "
-                           "device %d allows %d", D, BQ, BK, smem, d.device, d.smem_optin);
-    }
-    SKIM_TRY(skim::cuda::allow_dynamic_smem<kernel>(d, "cudaFuncSetAttribute in skim::exec::cuda::prefill"));
-  }
-  kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(prm);
-  return skim::cuda::check_launch("skim::exec::cuda::prefill");
-}
-
-template <class T, class KV, class Index, int D, int BQ>
-[[nodiscard]] status launch_bk(const params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
-  return prm.prob.block_kv == 64 ? launch<T, KV, Index, D, BQ, 64>(prm, grid, stream)
-                                  : launch<T, KV, Index, D, BQ, 128>(prm, grid, stream);
-}
-
-template <class T, class KV, class Index, int D>
-[[nodiscard]] status launch_bq(const params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
-  return prm.prob.block_q == 64 ? launch_bk<T, KV, Index, D, 64>(prm, grid, stream)
-                                : launch_bk<T, KV, Index, D, 128>(prm, grid, stream);
-}
-
-[[nodiscard]] inline bool aligned(const void* p, std::size_t bytes) noexcept {
-  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
-}
-
-// 16-byte rows of a 16-bit source: pointers on 16 bytes, strides in whole 8-element chunks.
-// A stride that is never multiplied by a nonzero index (one head) is not checked.
-template <class T>
-[[nodiscard]] status check_alignment(const skim::cuda::device_contiguous_kv<T>& kv,
-                                     const skim::cuda::device_problem& p) noexcept {
-  if (!aligned(kv.k, 16) || !aligned(kv.v, 16) || kv.token_stride % chunk_elems != 0 ||
-      (p.heads_kv > 1 && kv.head_stride % chunk_elems != 0)) {
-    return status::error(status_code::unsupported,
-                         "prefill: K %p, V %p not 16-byte aligned, or K/V strides (token %lld, head %lld) not "
-                         "multiples of 8", static_cast<const void*>(kv.k),
-                         static_cast<const void*>(kv.v), static_cast<long long>(kv.token_stride),
-                         static_cast<long long>(kv.head_stride));
-  }
-  return status::success();
-}
-template <class T>
-[[nodiscard]] status check_alignment(const skim::cuda::device_paged_kv<T>& kv,
-                                     const skim::cuda::device_problem& p) noexcept {
-  if (!aligned(kv.k_pages, 16) || !aligned(kv.v_pages, 16) || kv.page_stride % chunk_elems != 0 ||
-      kv.token_stride % chunk_elems != 0 || (p.heads_kv > 1 && kv.head_stride % chunk_elems != 0)) {
-    return status::error(status_code::unsupported,
-                         "prefill: K/V pages %p, %p not 16-byte aligned, or strides (page %lld, token %lld, head "
-                         "%lld) not multiples of 8",
-                         static_cast<const void*>(kv.k_pages), static_cast<const void*>(kv.v_pages),
-                         static_cast<long long>(kv.page_stride), static_cast<long long>(kv.token_stride),
-                         static_cast<long long>(kv.head_stride));
-  }
-  return status::success();
-}
-
-}  // namespace detail::prefill_sm80
+// Which kernel prefill runs.
+enum class prefill_kernel : std::uint8_t {
+  automatic,  // wgmma where it applies (sm_90 device, sm_90a binary, block_q 128, contiguous K/V), else mma_sync
+  mma_sync,   // the sm_80 kernel, every supported shape and source
+  wgmma,      // the sm_90a kernel; unsupported where it does not apply
+};
 
 struct prefill {
+  prefill_kernel kernel = prefill_kernel::automatic;
+
   // No scratch: every CTA owns its output rows.
   [[nodiscard]] std::size_t workspace_bytes(const skim::cuda::device_problem&) const noexcept { return 0; }
 
@@ -136,6 +79,9 @@ struct prefill {
     }
     if (!tile(p.block_kv)) {
       return status::error(status_code::unsupported, "prefill: block_kv %d is not 64 or 128", p.block_kv);
+    }
+    if (kernel == prefill_kernel::wgmma && p.block_q != detail::prefill_sm90::block_q) {
+      return status::error(status_code::unsupported, "prefill (wgmma): block_q %d is not 128", p.block_q);
     }
     return status::success();
   }
@@ -166,43 +112,18 @@ struct prefill {
                            "exceed one grid", static_cast<long long>(grid), p.max_q_blocks(), p.batch, p.heads_q);
     }
 
-    // Alignment contracts of the 16-byte loads and the paired stores.
-    if (!k::aligned(a.q.data, 16) || a.q.token_stride % k::chunk_elems != 0 ||
-        (p.heads_q > 1 && a.q.head_stride % k::chunk_elems != 0)) {
+    SKIM_TRY(k::check_views(a));
+    bool wgmma = false;
+    if (kernel != prefill_kernel::mma_sync) SKIM_TRY((detail::prefill_sm90::available<TQ, KV, Index>(p, wgmma)));
+    if (kernel == prefill_kernel::wgmma && !wgmma) {
       return status::error(status_code::unsupported,
-                           "prefill: Q %p not 16-byte aligned, or Q strides (token %lld, head %lld) not multiples "
-                           "of 8", static_cast<const void*>(a.q.data),
-                           static_cast<long long>(a.q.token_stride), static_cast<long long>(a.q.head_stride));
+                           "prefill (wgmma): needs contiguous K/V, block_q 128, an sm_90 device and a binary built "
+                           "for sm_90a");
     }
-    SKIM_TRY(k::check_alignment(a.kv, p));
-    if (!k::aligned(a.o.data, 2 * sizeof(TO)) || a.o.token_stride % 2 != 0 ||
-        (p.heads_q > 1 && a.o.head_stride % 2 != 0)) {
-      return status::error(status_code::unsupported,
-                           "prefill: O %p not %zu-byte aligned, or O strides (token %lld, head %lld) not even", static_cast<const void*>(a.o.data), 2 * sizeof(TO),
-                           static_cast<long long>(a.o.token_stride), static_cast<long long>(a.o.head_stride));
+    if constexpr (std::is_same_v<KV, skim::cuda::device_contiguous_kv<TQ>>) {
+      if (wgmma) return detail::prefill_sm90::run(a, grid, stream);
     }
-
-    k::params<TQ, KV, k::kernel_index_t<Index>> prm;
-    prm.prob = p;
-    prm.q = a.q;
-    prm.kv = a.kv;
-    if constexpr (std::is_same_v<Index, skim::cuda::device_block_csr>) {
-      prm.index.csr = a.index;
-      prm.index.is_csr = true;
-    } else if constexpr (std::is_same_v<Index, skim::cuda::device_block_table>) {
-      prm.index.table = a.index;
-    } else {
-      prm.index = a.index;  // implicit rule or union: its own kernel
-    }
-    prm.o = a.o.data;
-    prm.o_token_stride = a.o.token_stride;
-    prm.o_head_stride = a.o.head_stride;
-    prm.o_fp32 = std::is_same_v<TO, float>;
-    prm.lse = a.lse;
-    prm.scale_log2 = p.scale() * k::log2e;
-    using KI = k::kernel_index_t<Index>;
-    return p.head_dim == 64 ? k::launch_bq<TQ, KV, KI, 64>(prm, grid, stream)
-                            : k::launch_bq<TQ, KV, KI, 128>(prm, grid, stream);
+    return k::run(a, grid, stream);
   }
 };
 

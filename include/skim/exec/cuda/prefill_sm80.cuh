@@ -27,10 +27,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 
+#include "skim/core/status.hpp"
 #include "skim/exec/cuda/common.cuh"
 #include "skim/exec/cuda/ptx.cuh"
 
@@ -451,6 +453,135 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   // Index bits are the same in every thread: one report. Page bits are per thread.
   const std::uint32_t mine = tid == 0 ? bits : bits & skim::cuda::bad_page;
   if (mine != 0) skim::cuda::report(p, mine);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Host side shared by both prefill kernels (this one and prefill_sm90.cuh): the alignment
+// contracts of their 16-byte loads and paired stores, and the kernel arguments.
+
+[[nodiscard]] inline bool aligned(const void* p, std::size_t bytes) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+// Launches the (D, BQ, BK) kernel: grid of max_q_blocks · batch · heads_q CTAs, BQ / 16 warps each.
+template <class T, class KV, class Index, int D, int BQ, int BK>
+[[nodiscard]] status launch(const params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
+  constexpr std::size_t smem = smem_bytes<D, BQ, BK>;
+  constexpr int threads = BQ / 16 * 32;
+  constexpr auto kernel = prefill_kernel<T, KV, D, BQ, BK, Index>;
+  if constexpr (smem > 48 * 1024) {
+    skim::cuda::device_facts d;
+    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::prefill: device attributes"));
+    if (static_cast<std::size_t>(d.smem_optin) < smem) {
+      return status::error(status_code::unsupported,
+                           "prefill tile (head_dim %d, block_q %d, block_kv %d) needs %zu bytes of shared memory, "
+                           "device %d allows %d", D, BQ, BK, smem, d.device, d.smem_optin);
+    }
+    SKIM_TRY(skim::cuda::allow_dynamic_smem<kernel>(d, "cudaFuncSetAttribute in skim::exec::cuda::prefill"));
+  }
+  kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(prm);
+  return skim::cuda::check_launch("skim::exec::cuda::prefill");
+}
+
+template <class T, class KV, class Index, int D, int BQ>
+[[nodiscard]] status launch_bk(const params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
+  return prm.prob.block_kv == 64 ? launch<T, KV, Index, D, BQ, 64>(prm, grid, stream)
+                                  : launch<T, KV, Index, D, BQ, 128>(prm, grid, stream);
+}
+
+template <class T, class KV, class Index, int D>
+[[nodiscard]] status launch_bq(const params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
+  return prm.prob.block_q == 64 ? launch_bk<T, KV, Index, D, 64>(prm, grid, stream)
+                                : launch_bk<T, KV, Index, D, 128>(prm, grid, stream);
+}
+
+
+// 16-byte rows of a 16-bit source: pointers on 16 bytes, strides in whole 8-element chunks.
+// A stride that is never multiplied by a nonzero index (one head) is not checked.
+template <class T>
+[[nodiscard]] status check_alignment(const skim::cuda::device_contiguous_kv<T>& kv,
+                                     const skim::cuda::device_problem& p) noexcept {
+  if (!aligned(kv.k, 16) || !aligned(kv.v, 16) || kv.token_stride % chunk_elems != 0 ||
+      (p.heads_kv > 1 && kv.head_stride % chunk_elems != 0)) {
+    return status::error(status_code::unsupported,
+                         "prefill: K %p, V %p not 16-byte aligned, or K/V strides (token %lld, head %lld) not "
+                         "multiples of 8", static_cast<const void*>(kv.k),
+                         static_cast<const void*>(kv.v), static_cast<long long>(kv.token_stride),
+                         static_cast<long long>(kv.head_stride));
+  }
+  return status::success();
+}
+template <class T>
+[[nodiscard]] status check_alignment(const skim::cuda::device_paged_kv<T>& kv,
+                                     const skim::cuda::device_problem& p) noexcept {
+  if (!aligned(kv.k_pages, 16) || !aligned(kv.v_pages, 16) || kv.page_stride % chunk_elems != 0 ||
+      kv.token_stride % chunk_elems != 0 || (p.heads_kv > 1 && kv.head_stride % chunk_elems != 0)) {
+    return status::error(status_code::unsupported,
+                         "prefill: K/V pages %p, %p not 16-byte aligned, or strides (page %lld, token %lld, head "
+                         "%lld) not multiples of 8",
+                         static_cast<const void*>(kv.k_pages), static_cast<const void*>(kv.v_pages),
+                         static_cast<long long>(kv.page_stride), static_cast<long long>(kv.token_stride),
+                         static_cast<long long>(kv.head_stride));
+  }
+  return status::success();
+}
+
+
+// Q, K/V and O views meet the contracts: Q and K/V rows start on 16 bytes (base pointers aligned,
+// strides in whole 8-element chunks), O rows on 2 · sizeof(TO) (strides even).
+template <class TQ, class KV, class Index, class TO>
+[[nodiscard]] status check_views(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a) noexcept {
+  const skim::cuda::device_problem& p = a.prob;
+  if (!aligned(a.q.data, 16) || a.q.token_stride % chunk_elems != 0 ||
+      (p.heads_q > 1 && a.q.head_stride % chunk_elems != 0)) {
+    return status::error(status_code::unsupported,
+                         "prefill: Q %p not 16-byte aligned, or Q strides (token %lld, head %lld) not multiples "
+                         "of 8", static_cast<const void*>(a.q.data),
+                         static_cast<long long>(a.q.token_stride), static_cast<long long>(a.q.head_stride));
+  }
+  SKIM_TRY(check_alignment(a.kv, p));
+  if (!aligned(a.o.data, 2 * sizeof(TO)) || a.o.token_stride % 2 != 0 ||
+      (p.heads_q > 1 && a.o.head_stride % 2 != 0)) {
+    return status::error(status_code::unsupported,
+                         "prefill: O %p not %zu-byte aligned, or O strides (token %lld, head %lld) not even",
+                         static_cast<const void*>(a.o.data), 2 * sizeof(TO), static_cast<long long>(a.o.token_stride),
+                         static_cast<long long>(a.o.head_stride));
+  }
+  return status::success();
+}
+
+// The kernel arguments of `a` (Params: params<...> or a type derived from it).
+template <class Params, class TQ, class KV, class Index, class TO>
+void fill_params(Params& prm, const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a) noexcept {
+  prm.prob = a.prob;
+  prm.q = a.q;
+  prm.kv = a.kv;
+  if constexpr (std::is_same_v<Index, skim::cuda::device_block_csr>) {
+    prm.index.csr = a.index;
+    prm.index.is_csr = true;
+  } else if constexpr (std::is_same_v<Index, skim::cuda::device_block_table>) {
+    prm.index.table = a.index;
+  } else {
+    prm.index = a.index;  // implicit rule or union: its own kernel
+  }
+  prm.o = a.o.data;
+  prm.o_token_stride = a.o.token_stride;
+  prm.o_head_stride = a.o.head_stride;
+  prm.o_fp32 = std::is_same_v<TO, float>;
+  prm.lse = a.lse;
+  prm.scale_log2 = a.prob.scale() * log2e;
+}
+
+// Launches this kernel for `a` (checked by the caller): head_dim, block_q, block_kv 64 or 128.
+template <class TQ, class KV, class Index, class TO>
+[[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a, std::int64_t grid,
+                         cudaStream_t stream) noexcept {
+  using KI = kernel_index_t<Index>;
+  params<TQ, KV, KI> prm;
+  fill_params(prm, a);
+  return a.prob.head_dim == 64 ? launch_bq<TQ, KV, KI, 64>(prm, grid, stream)
+                               : launch_bq<TQ, KV, KI, 128>(prm, grid, stream);
 }
 
 }  // namespace skim::exec::cuda::detail::prefill_sm80

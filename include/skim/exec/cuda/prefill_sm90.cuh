@@ -1,16 +1,15 @@
 #pragma once
-// skim::exec::cuda::prefill_sm90 — block-sparse prefill attention on Hopper's warpgroup matrix
-// multiply (wgmma, sm_90a). Same host interface, semantics and contracts as
-// skim::exec::cuda::prefill (prefill.cuh: bottom-right causal, varlen, GQA, index rows, the device
-// error word, o = 0 / lse = -inf for rows that see no key, deterministic, P rounded to the input
-// type before P·V, the same alignment contracts), on a narrower set of shapes:
+// The Hopper kernel behind skim::exec::cuda::prefill (prefill.cuh): block-sparse prefill attention
+// on the warpgroup matrix multiply (wgmma, sm_90a), with the same semantics and contracts as the
+// sm_80 kernel (prefill_sm80.cuh; P rounded to the input type before P·V, the device error word,
+// o = 0 / lse = -inf for rows that see no key, deterministic), on a narrower set of shapes:
 //
 //   head_dim 64 or 128, block_q 128, block_kv 64 or 128, Q and K/V both bf16 or both fp16, O of
-//   the same type or float, K/V contiguous, index device_block_table or device_block_csr, scope
-//   kv_head or query_head. can_implement refuses other head_dim/block sizes (unsupported, naming
-//   the value); run() refuses paged K/V (unsupported: not implemented yet) and a current device
-//   that is not sm_90. Built for sm_90a only (`-gencode=arch=compute_90a,code=sm_90a`): in other
-//   device passes the kernel body is a trap, so the header still compiles for sm_80.
+//   the same type or float, K/V contiguous, any device index (index.cuh), scope kv_head or
+//   query_head. prefill picks it on an sm_90 device for such problems (prefill_kernel::automatic)
+//   when the binary holds its wgmma body: built for sm_90a (`-gencode=arch=compute_90a,code=sm_90a`).
+//   Other device passes (sm_80, plain sm_90) compile a stand-in body that prefill recognises by its
+//   static shared memory (available()) and never launches; paged K/V takes the sm_80 kernel.
 //
 // The kernel: one CTA of three warpgroups per (query block of 128 rows, sequence, query head).
 //   - Warpgroup 0 produces: it walks the index row's ids (checked as prefill does), copies Q once
@@ -40,16 +39,16 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
 
 #include "skim/core/status.hpp"
 #include "skim/exec/cuda/common.cuh"
-#include "skim/exec/cuda/prefill.cuh"
+#include "skim/exec/cuda/prefill_sm80.cuh"
 #include "skim/exec/cuda/ptx.cuh"
 #include "skim/exec/cuda/wgmma.cuh"
 
@@ -57,6 +56,7 @@ namespace skim::exec::cuda {
 
 namespace detail::prefill_sm90 {
 
+using prefill_sm80::checked_ids;
 using prefill_sm80::index_ref;
 using prefill_sm80::params;
 
@@ -92,39 +92,18 @@ struct layout {
 
 // The kernel's arguments: prefill's, and the tensor maps of K and V (3-d: head_dim, token, kv head;
 // boxes of 64 dims x BK tokens, 128-byte swizzle) through which whole tiles are copied.
-template <class T, class KV>
-struct tma_params : params<T, KV> {
+template <class T, class KV, class Index = index_ref>
+struct tma_params : params<T, KV, Index> {
   CUtensorMap k_map;
   CUtensorMap v_map;
 };
 
-// A row's block ids, each checked as it is taken (prefill's contract): an id outside
-// [0, visible_blocks) or not above the previous kept one is skipped and its bit recorded.
-struct id_walk {
-  skim::cuda::device_block_table::span span;
-  std::int32_t pos = 0;
-  std::int32_t prev = -1;
-  std::int32_t visible = 0;
+// Static shared memory of the kernel's stand-in body, built where wgmma is not (sm_80, plain sm_90):
+// run() tells the two bodies apart by it (cudaFuncGetAttributes) and never launches the stand-in.
+inline constexpr int stand_in_marker_bytes = 16;
 
-  // The next valid id, or -1 when the row is exhausted.
-  [[nodiscard]] __device__ __forceinline__ std::int32_t next(std::uint32_t& bits) noexcept {
-    while (pos < span.n) {
-      const std::int32_t id = span.first[pos++];
-      if (id < 0 || id >= visible) {
-        bits |= skim::cuda::bad_block_id;
-      } else if (id <= prev) {
-        bits |= skim::cuda::bad_order;
-      } else {
-        prev = id;
-        return id;
-      }
-    }
-    return -1;
-  }
-};
-
-template <class T, class KV, int D, int BK>
-__global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_constant__ tma_params<T, KV> prm) {
+template <class T, class KV, int D, int BK, class Index>
+__global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_constant__ tma_params<T, KV, Index> prm) {
 #if SKIM_WGMMA_AVAILABLE
   namespace wg = skim::cuda::wgmma;
   using skim::cuda::ptx::exp2_approx;
@@ -173,8 +152,9 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
     std::uint32_t bits = 0;
     const std::int32_t index_head = p.scope == index_scope::kv_head ? kv_head : h;
     const std::int64_t index_row = (skim::cuda::q_block_offset(p, b) + i) * p.index_heads() + index_head;
-    id_walk ids{prm.index.row(index_row), 0, -1, row.visible_blocks};
-    if (ids.span.clamped) bits |= skim::cuda::bad_count;
+    auto row_cursor = prm.index.cursor(index_row, row);
+    if (row_cursor.malformed()) bits |= skim::cuda::bad_count;
+    checked_ids<decltype(row_cursor)> ids{row_cursor, -1, row.visible_blocks};
 
     const int chunk = tid % chunks;
     const int row0 = tid / chunks;
@@ -457,20 +437,75 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
     }
   }
 #else
+  // The stand-in: static shared memory marks it (stand_in_marker_bytes); run() never launches it.
+  __shared__ std::uint32_t marker[stand_in_marker_bytes / 4];
+  marker[threadIdx.x % 4] = 1u;
+  __syncwarp();
+  if (marker[0] != 0u) __trap();
   (void)prm;
-  __trap();  // sm_90a only; run() refuses other devices
 #endif
 }
 
-template <class T, class KV, int D, int BK>
-[[nodiscard]] status launch(const tma_params<T, KV>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
+// Whether the binary holds the wgmma body of `Kernel` for the current device (not the stand-in
+// built for other targets), once per kernel and device.
+template <auto Kernel>
+[[nodiscard]] inline status has_wgmma_body(const skim::cuda::device_facts& d, bool& yes) noexcept {
+  const auto ask = [](int& body) {
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, Kernel);
+    body = e == cudaSuccess && attr.sharedSizeBytes < static_cast<std::size_t>(stand_in_marker_bytes) ? 1 : 0;
+    return e;
+  };
+  int body = 0;
+  if (d.device < 0 || d.device >= skim::cuda::max_devices) {
+    SKIM_TRY(skim::cuda::check(ask(body), "cudaFuncGetAttributes in skim::exec::cuda::prefill (wgmma)"));
+  } else {
+    static int bodies[skim::cuda::max_devices];
+    static cudaError_t errors[skim::cuda::max_devices];
+    static std::once_flag once[skim::cuda::max_devices];
+    std::call_once(once[d.device], [&] { errors[d.device] = ask(bodies[d.device]); });
+    SKIM_TRY(skim::cuda::check(errors[d.device], "cudaFuncGetAttributes in skim::exec::cuda::prefill (wgmma)"));
+    body = bodies[d.device];
+  }
+  yes = d.major == 9 && d.minor == 0 && body == 1;
+  return status::success();
+}
+
+template <class T, class KV, class Index, int D, int BK>
+inline constexpr auto kernel_of = prefill_sm90_kernel<T, KV, D, BK, Index>;
+
+// Whether this kernel runs `p` with these types on the current device: head_dim 64/128, block_q
+// 128, block_kv 64/128, contiguous K/V, an sm_90 device, and the wgmma body built (sm_90a).
+template <class T, class KV, class Index>
+[[nodiscard]] status available(const skim::cuda::device_problem& p, bool& yes) noexcept {
+  yes = false;
+  if constexpr (std::is_same_v<KV, skim::cuda::device_contiguous_kv<T>>) {
+    if ((p.head_dim != 64 && p.head_dim != 128) || p.block_q != block_q || (p.block_kv != 64 && p.block_kv != 128)) {
+      return status::success();
+    }
+    skim::cuda::device_facts d;
+    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::prefill: device attributes"));
+    // One probe stands for the four tile shapes: they are built for the same targets.
+    return has_wgmma_body<kernel_of<T, KV, prefill_sm80::kernel_index_t<Index>, 128, 128>>(d, yes);
+  } else {
+    return status::success();
+  }
+}
+
+template <class T, class KV, class Index, int D, int BK>
+[[nodiscard]] status launch(const tma_params<T, KV, Index>& prm, std::int64_t grid, cudaStream_t stream) noexcept {
   constexpr std::size_t smem = layout<D, BK>::bytes;
-  const auto kernel = prefill_sm90_kernel<T, KV, D, BK>;
-  SKIM_TRY(skim::cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(smem)),
-                             "cudaFuncSetAttribute in skim::exec::cuda::prefill_sm90"));
+  constexpr auto kernel = kernel_of<T, KV, Index, D, BK>;
+  skim::cuda::device_facts d;
+  SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::prefill: device attributes"));
+  if (static_cast<std::size_t>(d.smem_optin) < smem) {
+    return status::error(status_code::unsupported,
+                         "prefill (wgmma): head_dim %d, block_kv %d need %zu bytes of shared memory, device %d "
+                         "allows %d", D, BK, smem, d.device, d.smem_optin);
+  }
+  SKIM_TRY(skim::cuda::allow_dynamic_smem<kernel>(d, "cudaFuncSetAttribute in skim::exec::cuda::prefill (wgmma)"));
   kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(prm);
-  return skim::cuda::check_launch("skim::exec::cuda::prefill_sm90");
+  return skim::cuda::check_launch("skim::exec::cuda::prefill (wgmma)");
 }
 
 // cuTensorMapEncodeTiled, fetched from the driver once.
@@ -497,7 +532,7 @@ template <class T>
                                    std::int64_t head_stride, const skim::cuda::device_problem& p) noexcept {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) {
-    return status::error(status_code::device_error, "prefill_sm90: cuTensorMapEncodeTiled is not available");
+    return status::error(status_code::device_error, "prefill (wgmma): cuTensorMapEncodeTiled is not available");
   }
   const CUtensorMapDataType type =
       std::is_same_v<T, skim::bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -514,129 +549,30 @@ template <class T>
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     return status::error(status_code::unsupported,
-                         "prefill_sm90: K/V tensor map refused (CUresult %d; base %p, strides token %lld, head %lld)",
+                         "prefill (wgmma): K/V tensor map refused (CUresult %d; base %p, strides token %lld, head %lld)",
                          static_cast<int>(r), static_cast<const void*>(data), static_cast<long long>(token_stride),
                          static_cast<long long>(head_stride));
   }
   return status::success();
 }
 
-// The current device is sm_90 (H100, H200, H800...), asked once per device.
-[[nodiscard]] inline status check_device() noexcept {
-  constexpr int cached_devices = 64;
-  static std::atomic<int> cache[cached_devices] = {};  // 0 unknown, else major * 10 + minor + 1
-  int device = 0;
-  SKIM_TRY(skim::cuda::check(cudaGetDevice(&device), "cudaGetDevice in skim::exec::cuda::prefill_sm90"));
-  int cc = device >= 0 && device < cached_devices ? cache[device].load(std::memory_order_relaxed) - 1 : -1;
-  if (cc < 0) {
-    int major = 0, minor = 0;
-    SKIM_TRY(skim::cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-                               "cudaDeviceGetAttribute in skim::exec::cuda::prefill_sm90"));
-    SKIM_TRY(skim::cuda::check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
-                               "cudaDeviceGetAttribute in skim::exec::cuda::prefill_sm90"));
-    cc = major * 10 + minor;
-    if (device >= 0 && device < cached_devices) cache[device].store(cc + 1, std::memory_order_relaxed);
+// Launches this kernel for `a` (checked by the caller, and available()).
+template <class TQ, class KV, class Index, class TO>
+[[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a, std::int64_t grid,
+                         cudaStream_t stream) noexcept {
+  using KI = prefill_sm80::kernel_index_t<Index>;
+  const skim::cuda::device_problem& p = a.prob;
+  tma_params<TQ, KV, KI> prm;
+  SKIM_TRY(encode_kv_map(prm.k_map, a.kv.k, a.kv.token_stride, a.kv.head_stride, p));
+  SKIM_TRY(encode_kv_map(prm.v_map, a.kv.v, a.kv.token_stride, a.kv.head_stride, p));
+  prefill_sm80::fill_params(prm, a);
+  prm.scale_log2 = p.scale() * log2e;
+  if (p.head_dim == 64) {
+    return p.block_kv == 64 ? launch<TQ, KV, KI, 64, 64>(prm, grid, stream) : launch<TQ, KV, KI, 64, 128>(prm, grid, stream);
   }
-  if (cc != 90) {
-    return status::error(status_code::unsupported, "prefill_sm90: device %d is sm_%d, not sm_90 (wgmma)", device, cc);
-  }
-  return status::success();
+  return p.block_kv == 64 ? launch<TQ, KV, KI, 128, 64>(prm, grid, stream) : launch<TQ, KV, KI, 128, 128>(prm, grid, stream);
 }
 
 }  // namespace detail::prefill_sm90
-
-struct prefill_sm90 {
-  // No scratch: every CTA owns its output rows.
-  [[nodiscard]] std::size_t workspace_bytes(const skim::cuda::device_problem&) const noexcept { return 0; }
-
-  // unsupported unless head_dim is 64 or 128, block_q 128 and block_kv 64 or 128.
-  [[nodiscard]] status can_implement(const skim::cuda::device_problem& p) const noexcept {
-    SKIM_TRY(skim::cuda::validate(p));
-    if (p.head_dim != 64 && p.head_dim != 128) {
-      return status::error(status_code::unsupported, "prefill_sm90: head_dim %d is not 64 or 128", p.head_dim);
-    }
-    if (p.block_q != detail::prefill_sm90::block_q) {
-      return status::error(status_code::unsupported, "prefill_sm90: block_q %d is not 128", p.block_q);
-    }
-    if (p.block_kv != 64 && p.block_kv != 128) {
-      return status::error(status_code::unsupported, "prefill_sm90: block_kv %d is not 64 or 128", p.block_kv);
-    }
-    return status::success();
-  }
-
-  // Enqueues the attention on `stream` (as prefill::run). unsupported for paged K/V and on a
-  // device that is not sm_90. `workspace` and `bytes` are unused (workspace_bytes is 0).
-  template <class TQ, class KV, class Index, class TO>
-  [[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a, void* /*workspace*/,
-                           std::size_t /*bytes*/, cudaStream_t stream) const noexcept {
-    static_assert(std::is_same_v<TQ, skim::bfloat16> || std::is_same_v<TQ, skim::half>,
-                  "prefill_sm90: Q must be skim::bfloat16 or skim::half");
-    static_assert(std::is_same_v<typename KV::value_type, TQ>, "prefill_sm90: K/V must have Q's element type");
-    static_assert(std::is_same_v<TO, TQ> || std::is_same_v<TO, float>, "prefill_sm90: O must be Q's type or float");
-    static_assert(std::is_same_v<Index, skim::cuda::device_block_table> ||
-                      std::is_same_v<Index, skim::cuda::device_block_csr>,
-                  "prefill_sm90: index must be device_block_table or device_block_csr");
-    namespace k = detail::prefill_sm80;
-    namespace k90 = detail::prefill_sm90;
-
-    SKIM_TRY(skim::cuda::check_args(a));
-    const skim::cuda::device_problem& p = a.prob;
-    SKIM_TRY(can_implement(p));
-    if constexpr (!std::is_same_v<KV, skim::cuda::device_contiguous_kv<TQ>>) {
-      return status::error(status_code::unsupported, "prefill_sm90: paged K/V is not implemented (use prefill)");
-    } else {
-      const std::int64_t grid = static_cast<std::int64_t>(p.max_q_blocks()) * p.batch * p.heads_q;
-      if (grid == 0) return status::success();
-      if (grid > INT_MAX) {
-        return status::error(status_code::unsupported,
-                             "prefill_sm90: %lld CTAs (max_q_blocks %d x batch %d x heads_q %d) exceed one grid",
-                             static_cast<long long>(grid), p.max_q_blocks(), p.batch, p.heads_q);
-      }
-      SKIM_TRY(k90::check_device());
-
-      // Alignment contracts of the 16-byte loads and the paired stores (as prefill).
-      if (!k::aligned(a.q.data, 16) || a.q.token_stride % k::chunk_elems != 0 ||
-          (p.heads_q > 1 && a.q.head_stride % k::chunk_elems != 0)) {
-        return status::error(status_code::unsupported,
-                             "prefill_sm90: Q %p not 16-byte aligned, or Q strides (token %lld, head %lld) not "
-                             "multiples of 8", static_cast<const void*>(a.q.data),
-                             static_cast<long long>(a.q.token_stride), static_cast<long long>(a.q.head_stride));
-      }
-      SKIM_TRY(k::check_alignment(a.kv, p));
-      if (!k::aligned(a.o.data, 2 * sizeof(TO)) || a.o.token_stride % 2 != 0 ||
-          (p.heads_q > 1 && a.o.head_stride % 2 != 0)) {
-        return status::error(status_code::unsupported,
-                             "prefill_sm90: O %p not %zu-byte aligned, or O strides (token %lld, head %lld) not even",
-                             static_cast<const void*>(a.o.data), 2 * sizeof(TO),
-                             static_cast<long long>(a.o.token_stride), static_cast<long long>(a.o.head_stride));
-      }
-
-      k90::tma_params<TQ, KV> prm;
-      SKIM_TRY(k90::encode_kv_map(prm.k_map, a.kv.k, a.kv.token_stride, a.kv.head_stride, p));
-      SKIM_TRY(k90::encode_kv_map(prm.v_map, a.kv.v, a.kv.token_stride, a.kv.head_stride, p));
-      prm.prob = p;
-      prm.q = a.q;
-      prm.kv = a.kv;
-      if constexpr (std::is_same_v<Index, skim::cuda::device_block_csr>) {
-        prm.index.csr = a.index;
-        prm.index.is_csr = true;
-      } else {
-        prm.index.table = a.index;
-      }
-      prm.o = a.o.data;
-      prm.o_token_stride = a.o.token_stride;
-      prm.o_head_stride = a.o.head_stride;
-      prm.o_fp32 = std::is_same_v<TO, float>;
-      prm.lse = a.lse;
-      prm.scale_log2 = p.scale() * k90::log2e;
-      if (p.head_dim == 64) {
-        return p.block_kv == 64 ? k90::launch<TQ, KV, 64, 64>(prm, grid, stream)
-                                : k90::launch<TQ, KV, 64, 128>(prm, grid, stream);
-      }
-      return p.block_kv == 64 ? k90::launch<TQ, KV, 128, 64>(prm, grid, stream)
-                              : k90::launch<TQ, KV, 128, 128>(prm, grid, stream);
-    }
-  }
-};
 
 }  // namespace skim::exec::cuda
