@@ -93,17 +93,22 @@ struct decode {
 
   // CTAs the automatic chunk aims at (about one wave at one CTA per SM on an H100/H200), and the
   // fewest keys per split it takes. Constants: the split of a row never depends on the GPU.
+  // Rows are split only when their units alone fill less than half of that: a split costs partial
+  // writes and a merge launch, which at half a wave outweigh the CTAs they add (H200, 16 blocks of
+  // 128 per row: batch 8, 64 units: 29.8 us unsplit against 35.6 us in two splits; batch 2 and 4
+  // gain from splitting, batch 16 is unsplit either way; docs/performance.md).
   static constexpr std::int32_t auto_target_ctas = 128;
   static constexpr std::int32_t auto_min_keys = 512;
 
-  // Blocks per split: chunk_blocks if set, else ceil(bound / ceil(auto_target_ctas / units)), at least
-  // auto_min_keys keys, at most max_chunk_blocks.
+  // Blocks per split: chunk_blocks if set; else the bound (one split) when units ≥ auto_target_ctas / 2,
+  // otherwise ceil(bound / ceil(auto_target_ctas / units)); at least auto_min_keys keys, at most
+  // max_chunk_blocks.
   [[nodiscard]] std::int32_t chunk(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks) const noexcept {
     if (chunk_blocks > 0) return chunk_blocks;
     const std::int32_t bound = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
     if (bound <= 0 || p.block_kv <= 0) return 1;
     const std::int64_t units = static_cast<std::int64_t>(p.index_heads()) * p.batch * p.max_q_blocks();
-    const std::int64_t want = units <= 0 ? 1 : (auto_target_ctas + units - 1) / units;
+    const std::int64_t want = units <= 0 || 2 * units >= auto_target_ctas ? 1 : (auto_target_ctas + units - 1) / units;
     std::int64_t c = (bound + want - 1) / want;
     const std::int64_t min_blocks = (auto_min_keys + p.block_kv - 1) / p.block_kv;
     if (c < min_blocks) c = min_blocks;
