@@ -192,6 +192,20 @@ struct checked_ids {
   }
 };
 
+// The checked ids of the index row of (sequence b, query block i, query head h), for both prefill
+// kernels. A row number outside the index, or a count/range outside its storage, is clamped by the
+// cursor and reported in `bits`.
+template <class Index>
+[[nodiscard]] __device__ __forceinline__ auto row_ids(const Index& index, const skim::cuda::device_problem& p,
+                                                      std::int32_t b, std::int32_t i, std::int32_t h,
+                                                      const skim::cuda::device_row& row, std::uint32_t& bits) noexcept {
+  const std::int32_t index_head = p.scope == index_scope::kv_head ? h / p.group_size() : h;
+  const std::int64_t index_row = (skim::cuda::q_block_offset(p, b) + i) * p.index_heads() + index_head;
+  auto c = index.cursor(index_row, row);
+  if (c.malformed()) bits |= skim::cuda::bad_count;
+  return checked_ids<decltype(c)>{c, -1, row.visible_blocks};
+}
+
 // ---------------------------------------------------------------------------------------------
 // The kernel. Grid: one CTA per (query block, sequence, query head), head fastest (the heads of
 // a GQA group read the same K/V tiles close together in time, from L2), query blocks from the
@@ -229,15 +243,8 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   const int warp = tid / 32;
   const int lane = tid % 32;
   const std::int32_t kv_head = h / p.group_size();
-  const std::int32_t index_head = p.scope == index_scope::kv_head ? kv_head : h;
   std::uint32_t bits = 0;
-
-  // The row's ids. A row number outside the index, or a count/range outside its storage, is
-  // clamped by the cursor and reported.
-  const std::int64_t index_row = (skim::cuda::q_block_offset(p, b) + i) * p.index_heads() + index_head;
-  auto row_cursor = prm.index.cursor(index_row, row);
-  if (row_cursor.malformed()) bits |= skim::cuda::bad_count;
-  checked_ids<decltype(row_cursor)> cursor{row_cursor, -1, row.visible_blocks};
+  auto cursor = row_ids(prm.index, p, b, i, h, row, bits);
 
   // Loads: thread tid always moves chunk tid % chunks of rows tid / chunks + k · row_step.
   const int my_chunk = tid % chunks;

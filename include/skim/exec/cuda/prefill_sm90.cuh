@@ -56,7 +56,6 @@ namespace skim::exec::cuda {
 
 namespace detail::prefill_sm90 {
 
-using prefill_sm80::checked_ids;
 using prefill_sm80::index_ref;
 using prefill_sm80::params;
 
@@ -150,11 +149,7 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
     // ---------------------------------------------------------------- producer warpgroup
     wg::setmaxnreg_dec<producer_regs>();
     std::uint32_t bits = 0;
-    const std::int32_t index_head = p.scope == index_scope::kv_head ? kv_head : h;
-    const std::int64_t index_row = (skim::cuda::q_block_offset(p, b) + i) * p.index_heads() + index_head;
-    auto row_cursor = prm.index.cursor(index_row, row);
-    if (row_cursor.malformed()) bits |= skim::cuda::bad_count;
-    checked_ids<decltype(row_cursor)> ids{row_cursor, -1, row.visible_blocks};
+    auto ids = prefill_sm80::row_ids(prm.index, p, b, i, h, row, bits);
 
     const int chunk = tid % chunks;
     const int row0 = tid / chunks;
