@@ -192,6 +192,21 @@ struct checked_ids {
   }
 };
 
+// The (query head h, sequence b, query block i) of this CTA in both prefill kernels' grid: head
+// fastest (the heads of a GQA group read the same K/V tiles close together in time, from L2), query
+// blocks from the last one down (causal rows with more tiles start first).
+struct cta_coords_t {
+  std::int32_t h, b, i;
+};
+[[nodiscard]] __device__ __forceinline__ cta_coords_t cta_coords(const skim::cuda::device_problem& p) noexcept {
+  const std::uint32_t flat = blockIdx.x;
+  const std::int32_t h = static_cast<std::int32_t>(flat % static_cast<std::uint32_t>(p.heads_q));
+  const std::uint32_t rest = flat / static_cast<std::uint32_t>(p.heads_q);
+  const std::int32_t b = static_cast<std::int32_t>(rest % static_cast<std::uint32_t>(p.batch));
+  const std::int32_t i = p.max_q_blocks() - 1 - static_cast<std::int32_t>(rest / static_cast<std::uint32_t>(p.batch));
+  return {h, b, i};
+}
+
 // The checked ids of the index row of (sequence b, query block i, query head h), for both prefill
 // kernels. A row number outside the index, or a count/range outside its storage, is clamped by the
 // cursor and reported in `bits`.
@@ -230,11 +245,7 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   T* const sv = sk + 2 * BK * D;             // [2][BK][D]
 
   const skim::cuda::device_problem& p = prm.prob;
-  const std::uint32_t flat = blockIdx.x;
-  const std::int32_t h = static_cast<std::int32_t>(flat % static_cast<std::uint32_t>(p.heads_q));
-  const std::uint32_t rest = flat / static_cast<std::uint32_t>(p.heads_q);
-  const std::int32_t b = static_cast<std::int32_t>(rest % static_cast<std::uint32_t>(p.batch));
-  const std::int32_t i = p.max_q_blocks() - 1 - static_cast<std::int32_t>(rest / static_cast<std::uint32_t>(p.batch));
+  const auto [h, b, i] = cta_coords(p);
 
   const skim::cuda::device_row row = skim::cuda::make_device_row(p, b, i);
   if (!row.ok) return;  // no query block here (or a bad sequence, reported)

@@ -56,6 +56,7 @@ namespace skim::exec::cuda {
 
 namespace detail::prefill_sm90 {
 
+using prefill_sm80::cta_coords;
 using prefill_sm80::index_ref;
 using prefill_sm80::params;
 
@@ -121,11 +122,7 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
       reinterpret_cast<std::int32_t*>(skim_prefill_sm90_smem + (base - raw) + L::ids);
 
   const skim::cuda::device_problem& p = prm.prob;
-  const std::uint32_t flat = blockIdx.x;
-  const std::int32_t h = static_cast<std::int32_t>(flat % static_cast<std::uint32_t>(p.heads_q));
-  const std::uint32_t rest = flat / static_cast<std::uint32_t>(p.heads_q);
-  const std::int32_t b = static_cast<std::int32_t>(rest % static_cast<std::uint32_t>(p.batch));
-  const std::int32_t i = p.max_q_blocks() - 1 - static_cast<std::int32_t>(rest / static_cast<std::uint32_t>(p.batch));
+  const auto [h, b, i] = cta_coords(p);
 
   const skim::cuda::device_row row = skim::cuda::make_device_row(p, b, i);
   if (!row.ok) return;  // no query block here (or a bad sequence, reported): uniform over the CTA
