@@ -49,6 +49,7 @@
 
 #include "skim/core/status.hpp"
 #include "skim/exec/cuda/common.cuh"
+#include "skim/exec/cuda/prefill_common.cuh"
 #include "skim/exec/cuda/prefill_sm80.cuh"
 #include "skim/exec/cuda/prefill_sm90.cuh"
 
@@ -100,7 +101,6 @@ struct prefill {
     static_assert(skim::cuda::is_device_index_v<Index>,
                   "prefill: index must be a device index (index.cuh): device_block_table, device_block_csr, "
                   "device_causal_all, device_sink, device_sliding_window or a device_union of them");
-    namespace k = detail::prefill_sm80;
 
     SKIM_TRY(skim::cuda::check_args(a));
     const skim::cuda::device_problem& p = a.prob;
@@ -112,7 +112,7 @@ struct prefill {
                            "exceed one grid", static_cast<long long>(grid), p.max_q_blocks(), p.batch, p.heads_q);
     }
 
-    SKIM_TRY(k::check_views(a));
+    SKIM_TRY(detail::prefill_common::check_views(a));
     bool wgmma = false;
     if (kernel != prefill_kernel::mma_sync) SKIM_TRY((detail::prefill_sm90::available<TQ, KV, Index>(p, wgmma)));
     if (kernel == prefill_kernel::wgmma && !wgmma) {
@@ -123,7 +123,7 @@ struct prefill {
     if constexpr (std::is_same_v<KV, skim::cuda::device_contiguous_kv<TQ>>) {
       if (wgmma) return detail::prefill_sm90::run(a, grid, stream);
     }
-    return k::run(a, grid, stream);
+    return detail::prefill_sm80::run(a, grid, stream);
   }
 };
 

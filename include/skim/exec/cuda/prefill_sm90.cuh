@@ -48,7 +48,7 @@
 
 #include "skim/core/status.hpp"
 #include "skim/exec/cuda/common.cuh"
-#include "skim/exec/cuda/prefill_sm80.cuh"
+#include "skim/exec/cuda/prefill_common.cuh"
 #include "skim/exec/cuda/ptx.cuh"
 #include "skim/exec/cuda/wgmma.cuh"
 
@@ -56,19 +56,21 @@ namespace skim::exec::cuda {
 
 namespace detail::prefill_sm90 {
 
-using prefill_sm80::cta_coords;
-using prefill_sm80::index_ref;
-using prefill_sm80::params;
+// What both prefill kernels share (prefill_common.cuh).
+using prefill_common::chunk_elems;
+using prefill_common::cta_coords;
+using prefill_common::index_ref;
+using prefill_common::kernel_index_t;
+using prefill_common::ln2;
+using prefill_common::params;
+using prefill_common::row_ids;
 
 inline constexpr int block_q = 128;              // two consumer warpgroups of 64 rows
 inline constexpr int threads = 3 * 128;          // producer warpgroup + two consumers
 inline constexpr int producer_regs = 56;         // setmaxnreg budgets: 56·128 + 224·256 = 64512 of 65536
 inline constexpr int consumer_regs = 224;
 inline constexpr int stages = 3;                 // K/V buffers in the ring (d 128, bk 128: 224 KB with Q)
-inline constexpr int chunk_elems = 8;            // 16-bit elements in a 16-byte chunk
 inline constexpr int atom_bytes = 1024;          // 8 rows x 128 bytes: the swizzle atom
-inline constexpr float log2e = 1.4426950408889634f;
-inline constexpr float ln2 = 0.6931471805599453f;
 
 // Byte offset of 16-byte chunk `c` of row `r` in a [R][D] tile laid out for the 128-byte swizzle.
 template <int R>
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
     // ---------------------------------------------------------------- producer warpgroup
     wg::setmaxnreg_dec<producer_regs>();
     std::uint32_t bits = 0;
-    auto ids = prefill_sm80::row_ids(prm.index, p, b, i, h, row, bits);
+    auto ids = row_ids(prm.index, p, b, i, h, row, bits);
 
     const int chunk = tid % chunks;
     const int row0 = tid / chunks;
@@ -478,7 +480,7 @@ template <class T, class KV, class Index>
     skim::cuda::device_facts d;
     SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::prefill: device attributes"));
     // One probe stands for the four tile shapes: they are built for the same targets.
-    return has_wgmma_body<kernel_of<T, KV, prefill_sm80::kernel_index_t<Index>, 128, 128>>(d, yes);
+    return has_wgmma_body<kernel_of<T, KV, kernel_index_t<Index>, 128, 128>>(d, yes);
   } else {
     return status::success();
   }
@@ -552,13 +554,12 @@ template <class T>
 template <class TQ, class KV, class Index, class TO>
 [[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a, std::int64_t grid,
                          cudaStream_t stream) noexcept {
-  using KI = prefill_sm80::kernel_index_t<Index>;
+  using KI = kernel_index_t<Index>;
   const skim::cuda::device_problem& p = a.prob;
   tma_params<TQ, KV, KI> prm;
   SKIM_TRY(encode_kv_map(prm.k_map, a.kv.k, a.kv.token_stride, a.kv.head_stride, p));
   SKIM_TRY(encode_kv_map(prm.v_map, a.kv.v, a.kv.token_stride, a.kv.head_stride, p));
-  prefill_sm80::fill_params(prm, a);
-  prm.scale_log2 = p.scale() * log2e;
+  prefill_common::fill_params(prm, a);
   if (p.head_dim == 64) {
     return p.block_kv == 64 ? launch<TQ, KV, KI, 64, 64>(prm, grid, stream) : launch<TQ, KV, KI, 64, 128>(prm, grid, stream);
   }
