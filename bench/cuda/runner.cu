@@ -172,6 +172,42 @@ void pick_blocks(std::mt19937& rng, int visible, int k, std::int32_t* out) {
   out[k - 1] = visible - 1;
 }
 
+// One decode step's tensors on the device: o.batch sequences of one query over o.n keys each,
+// random Q, K, V (token-major), the output, and the problem over them (bottom-right causal).
+template <class T>
+struct decode_batch {
+  device_array<T> q, k, v, out;
+  device_array<std::int32_t> cu_q, cu_kv;
+  skim::cuda::device_problem prob;
+
+  explicit decode_batch(const options& o)
+      : q(std::size_t(o.batch) * o.heads_q * o.dim), k(std::size_t(o.batch) * o.n * o.heads_kv * o.dim), v(k.n),
+        out(q.n), cu_q(std::size_t(o.batch) + 1), cu_kv(cu_q.n) {
+    fill_random(q, 1);
+    fill_random(k, 2);
+    fill_random(v, 3);
+    std::vector<std::int32_t> hq(cu_q.n), hkv(cu_kv.n);
+    for (int b = 0; b <= o.batch; ++b) {
+      hq[std::size_t(b)] = b;
+      hkv[std::size_t(b)] = b * o.n;
+    }
+    cu_q.upload(hq);
+    cu_kv.upload(hkv);
+    prob = {.batch = o.batch, .heads_q = o.heads_q, .heads_kv = o.heads_kv, .head_dim = o.dim, .block_q = 1,
+            .block_kv = o.bk, .mask = skim::mask_kind::causal, .cu_seqlens_q = cu_q.p, .cu_seqlens_kv = cu_kv.p,
+            .max_seqlen_q = 1, .max_seqlen_kv = o.n};
+  }
+  [[nodiscard]] skim::cuda::device_view<const T> q_view(const options& o) const noexcept {
+    return skim::cuda::device_view<const T>::token_major(q.p, o.heads_q, o.dim);
+  }
+  [[nodiscard]] skim::cuda::device_view<T> o_view(const options& o) const noexcept {
+    return skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim);
+  }
+  [[nodiscard]] skim::cuda::device_contiguous_kv<T> kv(const options& o) const noexcept {
+    return {.k = k.p, .v = v.p, .token_stride = std::int64_t(o.heads_kv) * o.dim, .head_stride = o.dim};
+  }
+};
+
 template <class T>
 int run_decode(const options& o) {
   const int kv_blocks = (o.n + o.bk - 1) / o.bk;
@@ -180,11 +216,6 @@ int run_decode(const options& o) {
   const int sets = dense ? 1 : o.sets;
   const std::int64_t rows = std::int64_t(o.batch) * o.heads_kv;
 
-  std::vector<std::int32_t> cu_q(o.batch + 1), cu_kv(o.batch + 1);
-  for (int b = 0; b <= o.batch; ++b) {
-    cu_q[b] = b;
-    cu_kv[b] = b * o.n;
-  }
   std::vector<std::int32_t> ids(std::size_t(sets) * rows * width), count(std::size_t(rows), width);
   std::mt19937 rng(1234);
   for (int s = 0; s < sets; ++s)
@@ -195,21 +226,12 @@ int run_decode(const options& o) {
     }
   write_index(o, ids);
 
-  const std::size_t kv_elems = std::size_t(o.batch) * o.n * o.heads_kv * o.dim;
-  device_array<T> q(std::size_t(o.batch) * o.heads_q * o.dim), k(kv_elems), v(kv_elems), out(std::size_t(o.batch) * o.heads_q * o.dim);
-  fill_random(q, 1);
-  fill_random(k, 2);
-  fill_random(v, 3);
-  device_array<std::int32_t> d_cu_q(cu_q.size()), d_cu_kv(cu_kv.size()), d_ids(ids.size()), d_count(count.size());
-  d_cu_q.upload(cu_q);
-  d_cu_kv.upload(cu_kv);
+  const decode_batch<T> d(o);
+  const skim::cuda::device_problem& p = d.prob;
+  device_array<std::int32_t> d_ids(ids.size()), d_count(count.size());
   d_ids.upload(ids);
   d_count.upload(count);
 
-  skim::cuda::device_problem p{.batch = o.batch, .heads_q = o.heads_q, .heads_kv = o.heads_kv, .head_dim = o.dim,
-                               .block_q = 1, .block_kv = o.bk, .mask = skim::mask_kind::causal,
-                               .cu_seqlens_q = d_cu_q.p, .cu_seqlens_kv = d_cu_kv.p, .max_seqlen_q = 1,
-                               .max_seqlen_kv = o.n};
   skim::exec::cuda::decode exec;
   if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
   exec.kernel = decode_kernel_of(o);
@@ -219,10 +241,10 @@ int run_decode(const options& o) {
   using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
   const auto run = [&](int rep) {
     args_t a{.prob = p,
-             .q = skim::cuda::device_view<const T>::token_major(q.p, o.heads_q, o.dim),
-             .kv = {.k = k.p, .v = v.p, .token_stride = std::int64_t(o.heads_kv) * o.dim, .head_stride = o.dim},
+             .q = d.q_view(o),
+             .kv = d.kv(o),
              .index = {.ids = d_ids.p + std::size_t(rep % sets) * rows * width, .count = d_count.p, .width = width, .rows = rows},
-             .o = skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim)};
+             .o = d.o_view(o)};
     BENCH_STATUS(exec.run(a, ws.p, ws_bytes, nullptr));
   };
   const double ms = time_median(o.reps, run);
@@ -318,25 +340,9 @@ int run_prefill(const options& o) {
 template <class T>
 int run_step(const options& o) {
   const int kv_blocks = (o.n + o.bk - 1) / o.bk;
-  std::vector<std::int32_t> cu_q(o.batch + 1), cu_kv(o.batch + 1);
-  for (int b = 0; b <= o.batch; ++b) {
-    cu_q[b] = b;
-    cu_kv[b] = b * o.n;
-  }
-  const std::size_t kv_elems = std::size_t(o.batch) * o.n * o.heads_kv * o.dim;
-  device_array<T> q(std::size_t(o.batch) * o.heads_q * o.dim), k(kv_elems), v(kv_elems), out(std::size_t(o.batch) * o.heads_q * o.dim);
-  fill_random(q, 1);
-  fill_random(k, 2);
-  fill_random(v, 3);
-  device_array<std::int32_t> d_cu_q(cu_q.size()), d_cu_kv(cu_kv.size());
-  d_cu_q.upload(cu_q);
-  d_cu_kv.upload(cu_kv);
-  skim::cuda::device_problem p{.batch = o.batch, .heads_q = o.heads_q, .heads_kv = o.heads_kv, .head_dim = o.dim,
-                               .block_q = 1, .block_kv = o.bk, .mask = skim::mask_kind::causal,
-                               .cu_seqlens_q = d_cu_q.p, .cu_seqlens_kv = d_cu_kv.p, .max_seqlen_q = 1,
-                               .max_seqlen_kv = o.n};
-  const skim::cuda::device_contiguous_kv<T> kv{.k = k.p, .v = v.p, .token_stride = std::int64_t(o.heads_kv) * o.dim,
-                                               .head_stride = o.dim};
+  const decode_batch<T> d(o);
+  const skim::cuda::device_problem& p = d.prob;
+  const skim::cuda::device_contiguous_kv<T> kv = d.kv(o);
   // Summaries in K's own type (exact for min/max).
   device_array<T> lo(std::size_t(o.batch) * kv_blocks * o.heads_kv * o.dim), hi(lo.n);
   const skim::cuda::device_max_bound<T> sums{.lo = lo.p, .hi = hi.p, .max_kv_blocks = kv_blocks};
@@ -361,10 +367,10 @@ int run_step(const options& o) {
   device_array<std::byte> ws(ws_bytes);
   using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
   const args_t a{.prob = p,
-                 .q = skim::cuda::device_view<const T>::token_major(q.p, o.heads_q, o.dim),
+                 .q = d.q_view(o),
                  .kv = kv,
                  .index = table,
-                 .o = skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim)};
+                 .o = d.o_view(o)};
   const skim::cuda::decode_route_args<T, T> ra{.prob = p, .q = a.q, .summaries = sums, .index = table};
 
   cudaStream_t stream;
