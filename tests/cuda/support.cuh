@@ -66,14 +66,8 @@ class buffer {
 
 // Whether the current device is sm_90 (H100, H200), where prefill's wgmma kernel applies.
 inline bool is_sm90() {
-  static const bool yes = [] {
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
-    return major == 9 && minor == 0;
-  }();
-  return yes;
+  skim::cuda::device_facts d;
+  return skim::cuda::current_device(d, "is_sm90").ok() && d.major == 9 && d.minor == 0;
 }
 
 // A random_case's inputs on the device: cu_seqlens, Q, K/V (contiguous and paged), an error word.
