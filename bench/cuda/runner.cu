@@ -6,6 +6,8 @@
 //   skim_bench_cuda prefill --n 32768 --blocks 16              (--blocks 0: every causal block)
 //   skim_bench_cuda step    --batch 8 --n 131072 --blocks 16   (append + route + decode, one CUDA graph)
 //   common: --heads-q 32 --heads-kv 8 --dim 128 --bk 128 --bq 128 --dtype bf16|fp16
+//           --layout hnd|nhd (K/V head-major [heads_kv, tokens, dim], as the PyTorch peers hold them,
+//           or token-major [tokens, heads_kv, dim]; printed as "layout")
 //           --sets 4 (index sets rotated between timed runs) --reps 50 --index-out FILE
 //   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
 //           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C
@@ -55,6 +57,7 @@ struct options {
   int batch = 1, n = 32768, heads_q = 32, heads_kv = 8, dim = 128, bq = 128, bk = 128, blocks = 16;
   int sets = 4, reps = 50, chunk_blocks = 0;
   std::string dtype = "bf16";
+  std::string layout = "hnd";  // K/V: hnd (head-major) or nhd (token-major)
   std::string kernel = "auto";  // decode's split kernel: simt (CUDA cores), mma (tensor cores), auto
   std::string index_out;
 };
@@ -88,6 +91,7 @@ options parse(int argc, char** argv) {
     else if (k == "--chunk-blocks") o.chunk_blocks = std::atoi(v);
     else if (k == "--dtype") o.dtype = v;
     else if (k == "--kernel") o.kernel = v;
+    else if (k == "--layout") o.layout = v;
     else if (k == "--index-out") o.index_out = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -172,8 +176,16 @@ void pick_blocks(std::mt19937& rng, int visible, int k, std::int32_t* out) {
   out[k - 1] = visible - 1;
 }
 
+// K/V of `tokens` tokens per head in o.layout.
+template <class T>
+skim::cuda::device_contiguous_kv<T> kv_of(const options& o, const T* k, const T* v, std::int64_t tokens) {
+  const std::int64_t d = o.dim;
+  if (o.layout == "nhd") return {.k = k, .v = v, .token_stride = d * o.heads_kv, .head_stride = d};
+  return {.k = k, .v = v, .token_stride = d, .head_stride = d * tokens};
+}
+
 // One decode step's tensors on the device: o.batch sequences of one query over o.n keys each,
-// random Q, K, V (token-major), the output, and the problem over them (bottom-right causal).
+// random Q, K, V (o.layout), the output, and the problem over them (bottom-right causal).
 template <class T>
 struct decode_batch {
   device_array<T> q, k, v, out;
@@ -204,7 +216,7 @@ struct decode_batch {
     return skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim);
   }
   [[nodiscard]] skim::cuda::device_contiguous_kv<T> kv(const options& o) const noexcept {
-    return {.k = k.p, .v = v.p, .token_stride = std::int64_t(o.heads_kv) * o.dim, .head_stride = o.dim};
+    return kv_of<T>(o, k.p, v.p, std::int64_t(o.batch) * o.n);
   }
 };
 
@@ -250,8 +262,8 @@ int run_decode(const options& o) {
   const double ms = time_median(o.reps, run);
   const double bytes = 2.0 * double(rows) * width * o.bk * o.dim * sizeof(T);
   std::printf("{\"bench\": \"decode\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
-              "\"bytes\": %.0f, \"tb_per_s\": %.3f, \"kernel\": \"%s\"}\n",
-              o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9, o.kernel.c_str());
+              "\"bytes\": %.0f, \"tb_per_s\": %.3f, \"kernel\": \"%s\", \"layout\": \"%s\"}\n",
+              o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9, o.kernel.c_str(), o.layout.c_str());
   return 0;
 }
 
@@ -319,7 +331,7 @@ int run_prefill(const options& o) {
     const std::size_t s = std::size_t(rep % sets);
     args_t a{.prob = p,
              .q = skim::cuda::device_view<const T>::token_major(q.p, o.heads_q, o.dim),
-             .kv = {.k = k.p, .v = v.p, .token_stride = std::int64_t(o.heads_kv) * o.dim, .head_stride = o.dim},
+             .kv = kv_of<T>(o, k.p, v.p, o.n),
              .index = {.ids = d_ids.p + s * rows * width, .count = d_count.p + s * rows, .width = width, .rows = rows},
              .o = skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim)};
     BENCH_STATUS(exec.run(a, ws.p, ws_bytes, nullptr));
@@ -327,8 +339,8 @@ int run_prefill(const options& o) {
   const double ms = time_median(o.reps, run);
   const double flops = 4.0 * pairs * o.dim * (o.heads_q / o.heads_kv);
   std::printf("{\"bench\": \"prefill\", \"impl\": \"skim\", \"n\": %d, \"blocks\": %d, \"ms\": %.5f, \"flops\": %.0f, "
-              "\"tflop_per_s\": %.2f, \"kernel\": \"%s\"}\n",
-              o.n, dense ? 0 : width, ms, flops, flops / ms * 1e-9, o.kernel.c_str());
+              "\"tflop_per_s\": %.2f, \"kernel\": \"%s\", \"layout\": \"%s\"}\n",
+              o.n, dense ? 0 : width, ms, flops, flops / ms * 1e-9, o.kernel.c_str(), o.layout.c_str());
   return 0;
 }
 
@@ -424,9 +436,10 @@ int run_step(const options& o) {
     if (rep >= 3) t_graph.push_back(x);
   }
   std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
-              "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"kernel\": \"%s\"}\n",
+              "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"kernel\": \"%s\", "
+              "\"layout\": \"%s\"}\n",
               o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend),
-              o.kernel.c_str());
+              o.kernel.c_str(), o.layout.c_str());
   for (auto& ev : e) cudaEventDestroy(ev);
   cudaGraphExecDestroy(graph_exec);
   cudaGraphDestroy(graph);
@@ -441,6 +454,10 @@ int main(int argc, char** argv) {
   const bool bf16 = o.dtype == "bf16";
   if (!bf16 && o.dtype != "fp16") {
     std::fprintf(stderr, "--dtype %s: bf16 or fp16\n", o.dtype.c_str());
+    return 2;
+  }
+  if (o.layout != "hnd" && o.layout != "nhd") {
+    std::fprintf(stderr, "--layout %s: hnd or nhd\n", o.layout.c_str());
     return 2;
   }
   if (o.mode == "prefill") {

@@ -1,7 +1,7 @@
 // exec::cuda::decode against exec::reference (CPU, double) on random decode shapes: 0..8 queries per
 // sequence (decode and speculative rows, empty sequences), kv lengths not multiples of block_kv,
 // GQA groups 1/4/8, head_dim 64 and 128, block_kv 16..128, contiguous and paged K/V (page sizes unlike
-// block_kv), kv-head and query-head index scope, block_table and block_csr, bf16 and fp16 inputs,
+// block_kv), each token-major or head-major, kv-head and query-head index scope, block_table and block_csr, bf16 and fp16 inputs,
 // 16-bit and fp32 outputs, several splits per row (fixed and automatic chunk sizes; the merge by the
 // merge kernel, for up to hundreds of splits). Every case runs both split kernels (decode_kernel::
 // cuda_cores and tensor_cores; the latter rounds P to 16 bits, so its tolerance is prefill's: 2e-2
@@ -82,6 +82,7 @@ case_spec random_decode_spec(std::mt19937& rng) {
   do {
     s.page_size = pick(rng, {8, 16, 17, 32, 64, 100, 128});
   } while (s.page_size == s.block_kv);
+  s.kv_head_major = chance(rng, 0.5);
   return s;
 }
 

@@ -2,7 +2,7 @@
 // the same host-built selections, each case through every kernel that applies to it (mma_sync
 // always; wgmma on an sm_90 device for block_q 128 and contiguous K/V): every supported tile shape,
 // bf16 and fp16, fp32 and 16-bit
-// outputs, contiguous and paged K/V, block_table and block_csr, the implicit indices (causal_all,
+// outputs, contiguous and paged K/V (token-major or head-major), block_table and block_csr, the implicit indices (causal_all,
 // sink + window) and unions of a table or CSR with a sink and a window, both index scopes, GQA 1/4/8,
 // varlen batches with empty sequences, partial query and key blocks, q_len < kv_len (prefix
 // caching), q_len == kv_len, q_len > kv_len, causal and no mask. Outputs are NaN-poisoned with a
@@ -97,6 +97,7 @@ case_spec prefill_spec(std::mt19937& rng, double work) {
   s.page_size = pick(rng, {1, 8, 16, 17, 64, 128, 256});
   s.q_head_major = chance(rng, 0.25);
   s.o_head_major = chance(rng, 0.25);
+  s.kv_head_major = chance(rng, 0.5);
   return s;
 }
 

@@ -3,6 +3,7 @@
 // mirrored on the device, so every kernel is compared with exec::reference on the same inputs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -70,7 +71,20 @@ inline bool is_sm90() {
   return skim::cuda::current_device(d, "is_sm90").ok() && d.major == 9 && d.minor == 0;
 }
 
+// x as [groups][tokens][heads][dim] rewritten as [groups][heads][tokens][dim].
+template <class T>
+[[nodiscard]] std::vector<T> heads_outside(const std::vector<T>& x, std::int64_t groups, std::int64_t tokens,
+                                           std::int64_t heads, std::int64_t dim) {
+  std::vector<T> y(x.size());
+  for (std::int64_t g = 0; g < groups; ++g)
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::int64_t h = 0; h < heads; ++h)
+        std::copy_n(x.begin() + ((g * tokens + t) * heads + h) * dim, dim, y.begin() + ((g * heads + h) * tokens + t) * dim);
+  return y;
+}
+
 // A random_case's inputs on the device: cu_seqlens, Q, K/V (contiguous and paged), an error word.
+// K/V are stored as spec.kv_head_major says (the host case keeps them token-major).
 template <class TQ, class TKV>
 struct device_case {
   buffer<std::int32_t> cu_q, cu_kv, page_indptr, page_indices;
@@ -80,8 +94,9 @@ struct device_case {
   std::int32_t max_q = 0, max_kv = 0;
 
   explicit device_case(const random_case<TQ, TKV>& c)
-      : cu_q(c.cu_q), cu_kv(c.cu_kv), page_indptr(c.page_indptr), page_indices(c.page_indices), q(c.q), k(c.k),
-        v(c.v), k_pages(c.k_pages), v_pages(c.v_pages), error(1) {
+      : cu_q(c.cu_q), cu_kv(c.cu_kv), page_indptr(c.page_indptr), page_indices(c.page_indices), q(c.q),
+        k(stored(c, c.k, false)), v(stored(c, c.v, false)), k_pages(stored(c, c.k_pages, true)),
+        v_pages(stored(c, c.v_pages, true)), error(1) {
     SKIM_CUDA_REQUIRE(cudaMemset(error.data(), 0, sizeof(std::uint32_t)));
     for (const auto& l : c.spec.seqs) {
       max_q = std::max(max_q, l.q);
@@ -96,15 +111,29 @@ struct device_case {
             .cu_seqlens_kv = cu_kv.data(), .max_seqlen_q = max_q, .max_seqlen_kv = max_kv, .error = error.data()};
   }
   [[nodiscard]] skim::cuda::device_contiguous_kv<TKV> contiguous(const case_spec& s) const {
-    const std::int64_t hs = s.head_dim;
-    return {.k = k.data(), .v = v.data(), .token_stride = hs * s.heads_kv, .head_stride = hs};
+    const std::int64_t d = s.head_dim;
+    if (s.kv_head_major) {  // at least one token's room a head, so that the strides stay ordered
+      const std::int64_t tokens = std::max<std::int64_t>(1, static_cast<std::int64_t>(k.size()) / (d * s.heads_kv));
+      return {.k = k.data(), .v = v.data(), .token_stride = d, .head_stride = d * tokens};
+    }
+    return {.k = k.data(), .v = v.data(), .token_stride = d * s.heads_kv, .head_stride = d};
   }
   [[nodiscard]] skim::cuda::device_paged_kv<TKV> paged(const random_case<TQ, TKV>& c) const {
-    const std::int64_t hs = c.spec.head_dim;
-    const std::int64_t ts = hs * c.spec.heads_kv;
+    const std::int64_t d = c.spec.head_dim;
+    const std::int64_t page = d * c.spec.heads_kv * c.spec.page_size;
+    const bool hm = c.spec.kv_head_major;
     return {.k_pages = k_pages.data(), .v_pages = v_pages.data(), .num_pages = c.num_pages,
-            .page_size = c.spec.page_size, .page_stride = ts * c.spec.page_size, .token_stride = ts,
-            .head_stride = hs, .page_indptr = page_indptr.data(), .page_indices = page_indices.data()};
+            .page_size = c.spec.page_size, .page_stride = page, .token_stride = hm ? d : d * c.spec.heads_kv,
+            .head_stride = hm ? d * c.spec.page_size : d, .page_indptr = page_indptr.data(),
+            .page_indices = page_indices.data()};
+  }
+  // K/V values (contiguous, or pages) in the layout the device holds.
+  [[nodiscard]] static std::vector<TKV> stored(const random_case<TQ, TKV>& c, const std::vector<TKV>& x, bool pages) {
+    if (!c.spec.kv_head_major) return x;
+    const std::int64_t d = c.spec.head_dim, h = c.spec.heads_kv;
+    const std::int64_t tokens = pages ? c.spec.page_size : static_cast<std::int64_t>(x.size()) / (d * h);
+    const std::int64_t groups = pages ? c.num_pages : 1;
+    return heads_outside(x, groups, tokens, h, d);
   }
   // The device error word (then cleared).
   [[nodiscard]] std::uint32_t error_bits() {

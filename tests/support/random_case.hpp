@@ -48,6 +48,7 @@ struct case_spec {
   std::int32_t page_size = 16;
   bool q_head_major = false;  // Q as [heads, tokens, dim] instead of [tokens, heads, dim]
   bool o_head_major = false;
+  bool kv_head_major = false;  // the CUDA tests' K/V storage: [heads, tokens, dim] (pages [heads, page_size, dim])
 
   [[nodiscard]] std::string describe() const {
     std::ostringstream s;
@@ -55,7 +56,8 @@ struct case_spec {
       << (mask == mask_kind::causal ? " causal" : " no-mask")
       << (scope == index_scope::kv_head ? " kv-head-index" : " query-head-index") << " scale " << softmax_scale
       << (paged ? " paged(" + std::to_string(page_size) + ")" : std::string(" contiguous"))
-      << (q_head_major ? " Q head-major" : "") << (o_head_major ? " O head-major" : "") << " seqs";
+      << (q_head_major ? " Q head-major" : "") << (o_head_major ? " O head-major" : "")
+      << (kv_head_major ? " K/V head-major" : "") << " seqs";
     for (const auto& l : seqs) s << " " << l.q << "x" << l.kv;
     return s.str();
   }

@@ -267,8 +267,10 @@ template <class T>
 // ---------------------------------------------------------------------------------------------
 // K/V sources. A source maps (sequence, token within it, kv head) to the row of head_dim elements.
 
-// Packed varlen K/V: [tokens_kv, heads_kv, head_dim] with strides (head_dim contiguous); sequence b
-// owns tokens [cu_seqlens_kv[b], cu_seqlens_kv[b + 1]).
+// Packed varlen K/V with strides (head_dim contiguous), token-major [tokens_kv, heads_kv, head_dim]
+// or head-major [heads_kv, tokens_kv, head_dim] (then a key block of one head is one contiguous
+// run of memory: the layout to choose for per-head sparse reads); sequence b owns tokens
+// [cu_seqlens_kv[b], cu_seqlens_kv[b + 1]).
 template <class T>
 struct device_contiguous_kv {
   using value_type = T;
@@ -288,8 +290,9 @@ struct device_contiguous_kv {
   }
 };
 
-// Paged K/V: pages of page_size tokens, [pages, page_size, heads_kv, head_dim] with strides;
-// sequence b owns pages page_indices[page_indptr[b], page_indptr[b + 1]) in token order.
+// Paged K/V: pages of page_size tokens with strides, token-major [pages, page_size, heads_kv,
+// head_dim] or head-major [pages, heads_kv, page_size, head_dim]; sequence b owns pages
+// page_indices[page_indptr[b], page_indptr[b + 1]) in token order.
 template <class T>
 struct device_paged_kv {
   using value_type = T;
@@ -315,13 +318,24 @@ struct device_paged_kv {
   }
 };
 
+// Whether rows of head_dim elements at (token · token_stride + head · head_stride) are apart, for
+// `tokens` tokens a head: token-major (heads inside a token) or head-major (a head's tokens inside
+// the head). The host cannot see how many tokens a contiguous source holds: it passes 1, so a head
+// stride shorter than the sequences' tokens is not caught there.
+[[nodiscard]] constexpr bool rows_apart(std::int64_t token_stride, std::int64_t head_stride, std::int64_t tokens,
+                                        const device_problem& p) noexcept {
+  const bool token_major = head_stride >= p.head_dim && token_stride >= head_stride * p.heads_kv;
+  const bool head_major = token_stride >= p.head_dim && (p.heads_kv <= 1 || head_stride >= token_stride * tokens);
+  return token_major || head_major;
+}
+
 // Host checks of a source's scalars (device content is checked where it is read).
 template <class T>
 [[nodiscard]] inline status validate(const device_contiguous_kv<T>& s, const device_problem& p) noexcept {
   if (p.batch > 0 && (s.k == nullptr || s.v == nullptr)) {
     return status::error(status_code::invalid_argument, "contiguous K/V pointers are null");
   }
-  if (s.head_stride < p.head_dim || s.token_stride < s.head_stride * p.heads_kv) {
+  if (!rows_apart(s.token_stride, s.head_stride, 1, p)) {
     return status::error(status_code::invalid_argument, "K/V strides (token %lld, head %lld) overlap rows of "
                          "head_dim %d, heads_kv %d", static_cast<long long>(s.token_stride),
                          static_cast<long long>(s.head_stride), p.head_dim, p.heads_kv);
@@ -332,8 +346,10 @@ template <class T>
 [[nodiscard]] inline status validate(const device_paged_kv<T>& s, const device_problem& p) noexcept {
   if (s.page_size <= 0) return status::error(status_code::invalid_argument, "page_size %d <= 0", s.page_size);
   if (s.num_pages < 0) return status::error(status_code::invalid_argument, "num_pages %d < 0", s.num_pages);
-  if (s.head_stride < p.head_dim || s.token_stride < s.head_stride * p.heads_kv ||
-      s.page_stride < s.token_stride * s.page_size) {
+  const std::int64_t token_extent = s.token_stride * s.page_size;
+  const std::int64_t head_extent = p.heads_kv > 1 ? s.head_stride * p.heads_kv : 0;  // one head: never multiplied
+  const std::int64_t page_extent = token_extent > head_extent ? token_extent : head_extent;
+  if (!rows_apart(s.token_stride, s.head_stride, s.page_size, p) || s.page_stride < page_extent) {
     return status::error(status_code::invalid_argument, "paged K/V strides (page %lld, token %lld, head %lld) overlap",
                          static_cast<long long>(s.page_stride), static_cast<long long>(s.token_stride),
                          static_cast<long long>(s.head_stride));

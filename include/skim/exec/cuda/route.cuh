@@ -21,10 +21,12 @@
 // that breaks the bounds are left alone (reported: bad_seqlen).
 //
 // Two kernels:
-//  - score: grid (32-block tiles, index heads, sequences), 128 threads. A CTA stages its 32 blocks'
-//    min/max (64 dims at a time, converted to fp32, rows padded to 65 floats so the 32 lanes read
-//    distinct banks) and the row's query heads; lane j sums block j's bound for the heads of its warp.
-//    Writes scores [batch, index_heads, max_kv_blocks] (-inf past the visible blocks) to the workspace.
+//  - score: grid (128-block tiles, index heads, sequences), 128 threads, one block per thread. The
+//    row's query heads go to shared memory in fp32 once; each thread reads its block's min/max
+//    records straight into registers (64 bytes of each a step, the next step in flight while this
+//    one is summed) and sums the bound of up to 8 heads a pass, so the record is read once per pass
+//    and the loads of a warp cover whole 32-byte sectors. Writes scores [batch, index_heads,
+//    max_kv_blocks] (-inf past the visible blocks) to the workspace.
 //  - select: one CTA of 256 threads per (sequence, index head). Order-preserving 32-bit keys of the
 //    candidates' scores in shared memory (<= max_blocks), a 4-pass radix select (8 bits a pass,
 //    warp-aggregated shared-memory histograms) finds the k-th best key and how many of its ties to
@@ -79,14 +81,13 @@ namespace detail::route_impl {
 inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 inline constexpr unsigned full_mask = 0xffffffffu;
 
-// Score kernel geometry.
-inline constexpr int tile_blocks = 32;             // blocks per CTA, one per lane
-inline constexpr int chunk_dims = 64;              // head dims staged per pass
-inline constexpr int row_floats = chunk_dims + 1;  // odd: lane j's element d sits in bank (j + d) % 32
-inline constexpr int score_warps = 4;
-inline constexpr int score_threads = 32 * score_warps;
-inline constexpr int max_group = 32;                           // query heads per row
-inline constexpr int heads_per_warp = max_group / score_warps;  // warp w scores heads w, w + 4, ...
+// Score kernel geometry: one block per thread, its record read straight from memory into registers.
+inline constexpr int score_threads = 128;        // threads per CTA
+inline constexpr int tile_blocks = score_threads;  // blocks per CTA, one per thread
+inline constexpr int record_vecs = 4;            // 16-byte loads per record (min, and max) per step: 64 bytes
+inline constexpr int max_group = 32;             // query heads per row
+inline constexpr int max_pass_heads = 8;         // query heads scored per pass over a record
+inline constexpr std::size_t max_query_smem = 48 * 1024;  // the query heads in fp32 (no opt-in needed)
 
 // Select kernel geometry.
 inline constexpr int select_threads = 256;
@@ -97,6 +98,7 @@ struct score_params {
   float scale = 1.0f;                  // problem's softmax scale (pooled_router's)
   route::group_reduce reduce{};        //
   std::int32_t heads = 1;              // query heads per row (<= max_group)
+  std::int32_t padded_heads = 1;       // heads rounded up to the pass width (rows of the staged queries)
   std::int64_t stride = 0;             // floats per score row: the problem's max_kv_blocks()
   bool vector_loads = false;           // 16-byte loads of records (head_dim·sizeof(TS) % 16 == 0, aligned)
 };
@@ -112,63 +114,116 @@ struct select_params {
   return x < 0 ? 0 : (x > hi ? hi : x);
 }
 
-// Stages dims [d0, d0 + dn) of n blocks' min and max (records block_stride elements apart) as fp32
-// rows of row_floats.
+// Query heads scored per pass: the group size rounded up to a power of two, at most max_pass_heads.
+[[nodiscard]] constexpr int pass_heads(int heads) noexcept {
+  int hp = 1;
+  while (hp < heads && hp < max_pass_heads) hp *= 2;
+  return hp;
+}
+
+// One 16-byte word of a record as floats.
 template <class TS>
-__device__ __forceinline__ void stage_records(const TS* lo, const TS* hi, std::int64_t block_stride, int n, int d0,
-                                              int dn, bool vector_loads, float* slo, float* shi) noexcept {
-  if (vector_loads) {
-    constexpr int per = 16 / static_cast<int>(sizeof(TS));
-    const int vecs = dn / per;  // dn % per == 0 when vector_loads
-    const int half = n * vecs;
-    for (int i = static_cast<int>(threadIdx.x); i < 2 * half; i += score_threads) {
-      const bool upper = i >= half;
-      const int k = upper ? i - half : i;
-      const int jj = k / vecs;
-      const int c = (k - jj * vecs) * per;
-      const uint4 w = *reinterpret_cast<const uint4*>((upper ? hi : lo) + jj * block_stride + d0 + c);
-      TS e[per];
-      memcpy(e, &w, sizeof w);
-      float* dst = (upper ? shi : slo) + jj * row_floats + c;
-#pragma unroll
-      for (int m = 0; m < per; ++m) dst[m] = skim::cuda::to_float(e[m]);
-    }
+__device__ __forceinline__ void unpack(const uint4& w, float (&f)[16 / sizeof(TS)]) noexcept {
+  if constexpr (std::is_same_v<TS, float>) {
+    f[0] = __uint_as_float(w.x), f[1] = __uint_as_float(w.y), f[2] = __uint_as_float(w.z), f[3] = __uint_as_float(w.w);
   } else {
-    const int half = n * dn;
-    for (int i = static_cast<int>(threadIdx.x); i < 2 * half; i += score_threads) {
-      const bool upper = i >= half;
-      const int k = upper ? i - half : i;
-      const int jj = k / dn;
-      const int dd = k - jj * dn;
-      (upper ? shi : slo)[jj * row_floats + dd] = skim::cuda::to_float((upper ? hi : lo)[jj * block_stride + d0 + dd]);
+    const std::uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = skim::cuda::to_float2<TS>(u[i]);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
     }
   }
 }
 
-// Grid (tile of 32 blocks, index head, sequence). Shared memory: slo, shi [tile_blocks, row_floats],
-// queries [heads, chunk_dims], head scores [heads, tile_blocks].
-template <class TQ, class TS>
+// acc += q · (q >= 0 ? hi : lo), rounded step by step (never fused): max_bound::score's term.
+[[nodiscard]] __device__ __forceinline__ float bound_step(float acc, float q, float lo, float hi) noexcept {
+  return __fadd_rn(acc, __fmul_rn(q, q >= 0.0f ? hi : lo));
+}
+
+// Heads [h0, h0 + HP) of one block over dims [0, head_dim): acc[i] sums head h0 + i's terms in dim
+// order (the CPU's order). The thread's record is read in steps of record_vecs 16-byte words of min
+// and of max, the next step's loads issued before this step is summed, so each thread keeps two
+// steps (256 bytes) in flight; queries come from shared memory (sq: [padded heads][head_dim] fp32,
+// the same address for every lane: broadcast). Dims past the last whole step, or every dim without
+// vector loads, are read one element at a time.
+template <int HP, class TS>
+__device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, const float* sq, int head_dim, int h0,
+                                            bool vector_loads, float (&acc)[HP]) noexcept {
+  constexpr int per = 16 / static_cast<int>(sizeof(TS));  // elements per 16-byte word
+  constexpr int step = record_vecs * per;                  // dims per step
+#pragma unroll
+  for (int i = 0; i < HP; ++i) acc[i] = 0.0f;
+  const float* q0 = sq + static_cast<std::ptrdiff_t>(h0) * head_dim;
+  int d0 = 0;
+  if (vector_loads) {
+    const int whole = head_dim / step * step;
+    const auto* vlo = reinterpret_cast<const uint4*>(lo);
+    const auto* vhi = reinterpret_cast<const uint4*>(hi);
+    uint4 cl[record_vecs], ch[record_vecs];
+    if (whole > 0) {
+#pragma unroll
+      for (int v = 0; v < record_vecs; ++v) cl[v] = vlo[v], ch[v] = vhi[v];
+    }
+    for (; d0 < whole; d0 += step) {
+      uint4 nl[record_vecs], nh[record_vecs];
+      if (d0 + step < whole) {
+        const int w0 = (d0 + step) / per;
+#pragma unroll
+        for (int v = 0; v < record_vecs; ++v) nl[v] = vlo[w0 + v], nh[v] = vhi[w0 + v];
+      }
+#pragma unroll
+      for (int v = 0; v < record_vecs; ++v) {
+        float fl[per], fh[per];
+        unpack<TS>(cl[v], fl);
+        unpack<TS>(ch[v], fh);
+#pragma unroll
+        for (int e = 0; e < per; e += 4) {
+          const int d = d0 + v * per + e;
+#pragma unroll
+          for (int i = 0; i < HP; ++i) {
+            const float4 qv = *reinterpret_cast<const float4*>(q0 + i * head_dim + d);
+            float x = bound_step(acc[i], qv.x, fl[e], fh[e]);
+            x = bound_step(x, qv.y, fl[e + 1], fh[e + 1]);
+            x = bound_step(x, qv.z, fl[e + 2], fh[e + 2]);
+            acc[i] = bound_step(x, qv.w, fl[e + 3], fh[e + 3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int v = 0; v < record_vecs; ++v) cl[v] = nl[v], ch[v] = nh[v];
+    }
+  }
+  for (; d0 < head_dim; ++d0) {
+    const float l = skim::cuda::to_float(lo[d0]), h = skim::cuda::to_float(hi[d0]);
+#pragma unroll
+    for (int i = 0; i < HP; ++i) acc[i] = bound_step(acc[i], q0[i * head_dim + d0], l, h);
+  }
+}
+
+// Grid (tile of tile_blocks blocks, index head, sequence); thread j scores block j0 + j for every
+// query head of the row, HP heads a pass, and folds them in head order as pooled_router does.
+// Shared memory: the row's query heads in fp32, [padded_heads][head_dim], zero past heads (their
+// sums are computed and dropped).
+template <int HP, class TQ, class TS>
 __global__ void __launch_bounds__(score_threads)
     decode_score_kernel(device_problem p, device_view<const TQ> q, device_max_bound<TS> s, float* scores,
                         score_params sp) {
   extern __shared__ float4 route_score_smem[];
-  float* slo = reinterpret_cast<float*>(route_score_smem);
-  float* shi = slo + tile_blocks * row_floats;
-  float* sq = shi + tile_blocks * row_floats;
-  float* part = sq + sp.heads * chunk_dims;
+  float* sq = reinterpret_cast<float*>(route_score_smem);
 
   const int j0 = static_cast<int>(blockIdx.x) * tile_blocks;
   const int rh = static_cast<int>(blockIdx.y);
   const int b = static_cast<int>(blockIdx.z);
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int j = static_cast<int>(threadIdx.x);
   float* out = scores + (static_cast<std::int64_t>(b) * p.index_heads() + rh) * sp.stride + j0;
   const int n_out = static_cast<int>(sp.stride - j0 < tile_blocks ? sp.stride - j0 : tile_blocks);
 
   const device_row r = make_device_row(p, b, 0);  // decode: the sequence's one query block
   const int n = r.ok ? clamp_blocks(r.visible_blocks - j0, tile_blocks) : 0;
   if (n == 0) {  // no row here, or blocks past the visible ones: -inf (block-uniform exit)
-    for (int i = static_cast<int>(threadIdx.x); i < n_out; i += score_threads) out[i] = neg_inf;
+    if (j < n_out) out[j] = neg_inf;
     return;
   }
   const int heads = sp.heads;
@@ -176,70 +231,36 @@ __global__ void __launch_bounds__(score_threads)
   const int first_head = kv_scope ? rh * heads : rh;
   const int kv_head = kv_scope ? rh : rh / p.group_size();
   const std::int64_t token = static_cast<std::int64_t>(r.q_offset) + r.q_end - 1;
-  const std::int64_t rec = s.record(p, b, j0, kv_head);
-  const std::int64_t block_stride = static_cast<std::int64_t>(p.heads_kv) * p.head_dim;
-
-  float acc[heads_per_warp];
+  const int head_dim = p.head_dim;
+  for (int i = j; i < sp.padded_heads * head_dim; i += score_threads) {
+    const int g = i / head_dim;
+    sq[i] = g < heads ? skim::cuda::to_float(q.row(token, first_head + g)[i - g * head_dim]) : 0.0f;
+  }
+  __syncthreads();
+  if (j >= n_out) return;
+  float result = neg_inf;
+  if (j < n) {
+    const std::int64_t rec = s.record(p, b, j0 + j, kv_head);
+    const TS* lo = s.lo + rec;
+    const TS* hi = s.hi + rec;
+    const bool empty = skim::cuda::to_float(lo[0]) > skim::cuda::to_float(hi[0]);  // no key: -inf
+    const bool by_max = sp.reduce == route::group_reduce::max;
+    float a = by_max ? neg_inf : 0.0f;
+    for (int h0 = 0; h0 < heads; h0 += HP) {
+      float acc[HP];
+      score_heads<HP>(lo, hi, sq, head_dim, h0, sp.vector_loads, acc);
 #pragma unroll
-  for (int i = 0; i < heads_per_warp; ++i) acc[i] = 0.0f;
-  bool empty = false;  // a record with no key (min_0 > max_0) scores -inf
-  for (int d0 = 0; d0 < p.head_dim; d0 += chunk_dims) {
-    const int dn = p.head_dim - d0 < chunk_dims ? p.head_dim - d0 : chunk_dims;
-    __syncthreads();  // the previous chunk has been read
-    stage_records(s.lo + rec, s.hi + rec, block_stride, n, d0, dn, sp.vector_loads, slo, shi);
-    for (int i = static_cast<int>(threadIdx.x); i < heads * dn; i += score_threads) {
-      const int g = i / dn;
-      const int dd = i - g * dn;
-      sq[g * chunk_dims + dd] = skim::cuda::to_float(q.row(token, first_head + g)[d0 + dd]);
-    }
-    __syncthreads();
-    if (lane < n) {
-      const float* lo_row = slo + lane * row_floats;
-      const float* hi_row = shi + lane * row_floats;
-      if (d0 == 0) empty = lo_row[0] > hi_row[0];
-#pragma unroll
-      for (int i = 0; i < heads_per_warp; ++i) {
-        const int g = warp + i * score_warps;
-        if (g < heads) {
-          const float* qg = sq + g * chunk_dims;
-          float a = acc[i];
-#pragma unroll 8
-          for (int dd = 0; dd < dn; ++dd) {
-            const float qv = qg[dd];
-            // max(q·min, q·max) as max_bound::score takes it; the branch is warp-uniform (one head).
-            const float x = (qv >= 0.0f ? hi_row : lo_row)[dd];
-            a = __fadd_rn(a, __fmul_rn(qv, x));
-          }
-          acc[i] = a;
+      for (int i = 0; i < HP; ++i) {
+        if (h0 + i < heads) {  // head order, as pooled_router folds; NaN pools as -inf
+          const float x = empty || !(acc[i] > neg_inf) ? neg_inf : acc[i];
+          a = by_max ? (x > a ? x : a) : __fadd_rn(a, x);
         }
       }
     }
+    if (sp.reduce == route::group_reduce::mean) a = __fdiv_rn(a, static_cast<float>(heads));
+    result = a == neg_inf ? neg_inf : __fmul_rn(a, sp.scale);
   }
-  if (lane < n) {
-#pragma unroll
-    for (int i = 0; i < heads_per_warp; ++i) {
-      const int g = warp + i * score_warps;
-      if (g < heads) {
-        const float x = empty ? neg_inf : acc[i];
-        part[g * tile_blocks + lane] = x > neg_inf ? x : neg_inf;  // NaN pools as -inf (pooled_router)
-      }
-    }
-  }
-  __syncthreads();
-  if (warp == 0 && lane < n_out) {
-    float result = neg_inf;
-    if (lane < n) {
-      const bool by_max = sp.reduce == route::group_reduce::max;
-      float a = by_max ? neg_inf : 0.0f;
-      for (int g = 0; g < heads; ++g) {  // head order, as pooled_router sums
-        const float x = part[g * tile_blocks + lane];
-        a = by_max ? (x > a ? x : a) : __fadd_rn(a, x);
-      }
-      if (sp.reduce == route::group_reduce::mean) a = __fdiv_rn(a, static_cast<float>(heads));
-      result = a == neg_inf ? neg_inf : __fmul_rn(a, sp.scale);
-    }
-    out[lane] = result;
-  }
+  out[j] = result;
 }
 
 // Order-preserving key of a score: a larger key ranks first; NaN ranks as -inf, -0 as +0.
@@ -324,7 +345,20 @@ __global__ void __launch_bounds__(select_threads)
   }
 
   const float* row_scores = scores + (static_cast<std::int64_t>(b) * p.index_heads() + h) * sp.stride + a;
-  for (int i = tid; i < n; i += select_threads) keys[i] = rank_key(row_scores[i]);
+  constexpr int key_batch = 4;  // loads in flight per thread before their keys are stored
+  for (int base = 0; base < n; base += key_batch * select_threads) {
+    float x[key_batch];
+#pragma unroll
+    for (int u = 0; u < key_batch; ++u) {
+      const int i = base + u * select_threads + tid;
+      x[u] = i < n ? row_scores[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < key_batch; ++u) {
+      const int i = base + u * select_threads + tid;
+      if (i < n) keys[i] = rank_key(x[u]);
+    }
+  }
 
   // Radix select of the take-th largest key, 8 bits a pass from the top. Invariant: at least
   // `remaining` >= 1 candidates match `prefix` under `mask`, and take - remaining candidates beat it.
@@ -461,6 +495,11 @@ struct decode_router {
       return status::error(status_code::unsupported, "decode_router: %d query heads per row > %d", heads_per_row(p),
                            max_group);
     }
+    if (query_smem(p) > detail::route_impl::max_query_smem) {
+      return status::error(status_code::unsupported, "decode_router: %d query heads per row x head_dim %d need %zu bytes "
+                           "of shared memory > %zu", heads_per_row(p), p.head_dim, query_smem(p),
+                           detail::route_impl::max_query_smem);
+    }
     if (p.batch > 65535 || p.index_heads() > 65535) {
       return status::error(status_code::unsupported, "decode_router: batch %d or index heads %d > 65535 (grid)",
                            p.batch, p.index_heads());
@@ -491,16 +530,22 @@ struct decode_router {
     const std::int32_t stride = p.max_kv_blocks();
     if (p.batch == 0 || stride == 0) return status::success();
     const auto aligned = [](const void* x) { return reinterpret_cast<std::uintptr_t>(x) % 16 == 0; };
+    const int heads = heads_per_row(p);
+    const int hp = impl::pass_heads(heads);
     const impl::score_params sp{
-        .scale = p.scale(), .reduce = router.reduce, .heads = heads_per_row(p), .stride = stride,
+        .scale = p.scale(), .reduce = router.reduce, .heads = heads, .padded_heads = (heads + hp - 1) / hp * hp,
+        .stride = stride,
         .vector_loads = (static_cast<std::size_t>(p.head_dim) * sizeof(TS)) % 16 == 0 && aligned(a.summaries.lo) &&
                         aligned(a.summaries.hi)};
     const dim3 grid(static_cast<unsigned>(ceil_div(stride, impl::tile_blocks)), static_cast<unsigned>(p.index_heads()),
                     static_cast<unsigned>(p.batch));
-    const std::size_t smem =
-        sizeof(float) * (2 * impl::tile_blocks * impl::row_floats + sp.heads * (impl::chunk_dims + impl::tile_blocks));
-    impl::decode_score_kernel<TQ, TS>
-        <<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, scores.data(), sp);
+    const std::size_t smem = query_smem(p);
+    switch (hp) {
+      case 1: impl::decode_score_kernel<1, TQ, TS><<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, scores.data(), sp); break;
+      case 2: impl::decode_score_kernel<2, TQ, TS><<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, scores.data(), sp); break;
+      case 4: impl::decode_score_kernel<4, TQ, TS><<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, scores.data(), sp); break;
+      default: impl::decode_score_kernel<8, TQ, TS><<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, scores.data(), sp); break;
+    }
     return check_launch("decode_score_kernel");
   }
 
@@ -548,6 +593,12 @@ struct decode_router {
  private:
   [[nodiscard]] static std::int32_t heads_per_row(const device_problem& p) noexcept {
     return p.scope == index_scope::kv_head ? p.group_size() : 1;
+  }
+  // Shared memory of the score kernel: the row's query heads in fp32, padded to whole passes.
+  [[nodiscard]] static std::size_t query_smem(const device_problem& p) noexcept {
+    const int hp = detail::route_impl::pass_heads(heads_per_row(p));
+    const std::size_t padded = (static_cast<std::size_t>(heads_per_row(p)) + hp - 1) / hp * hp;
+    return padded * static_cast<std::size_t>(p.head_dim > 0 ? p.head_dim : 0) * sizeof(float);
   }
   [[nodiscard]] static status check_scores(const device_problem& p, const float* data, std::size_t size) noexcept {
     const std::int64_t needed = score_floats(p);
