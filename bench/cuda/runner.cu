@@ -15,7 +15,8 @@
 //           the executor's choice, the default; printed as "kernel" in the JSON line)
 //
 // Method (METHOD.md): random inputs (never zeros), a warm-up, device events around each run, the
-// median over reps; each rep uses the next of --sets random index sets over the same K/V, so the
+// median over reps (decode also prints graph_ms: reps launches back to back in one CUDA graph, per
+// launch, as an engine's captured decode step runs them); each rep uses the next of --sets random index sets over the same K/V, so the
 // selected bytes of one rep are not left in L2 by the previous one. --index-out writes the index
 // sets (int32, [sets, rows, blocks]) so compare.py builds FlexAttention's mask from the same ids.
 // Rates: decode counts the selected K+V bytes read once; prefill counts 4·pairs·head_dim·heads_q
@@ -132,12 +133,12 @@ double time_median(int reps, F&& f) {
   cudaEvent_t start, stop;
   BENCH_CHECK(cudaEventCreate(&start));
   BENCH_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) f(i);
+  for (int i = 0; i < 3; ++i) f(i, nullptr);
   BENCH_CHECK(cudaDeviceSynchronize());
   std::vector<float> ms(static_cast<std::size_t>(reps));
   for (int i = 0; i < reps; ++i) {
     BENCH_CHECK(cudaEventRecord(start));
-    f(i);
+    f(i, nullptr);
     BENCH_CHECK(cudaEventRecord(stop));
     BENCH_CHECK(cudaEventSynchronize(stop));
     BENCH_CHECK(cudaEventElapsedTime(&ms[static_cast<std::size_t>(i)], start, stop));
@@ -145,6 +146,41 @@ double time_median(int reps, F&& f) {
   std::sort(ms.begin(), ms.end());
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  return ms[ms.size() / 2];
+}
+
+// Median time of one f(rep, stream) when `reps` of them run back to back in one CUDA graph (METHOD.md:
+// for short launches, a graph shrinks the launch gaps that per-call events also count): the graph is
+// replayed `replays` times, each timed by device events and divided by reps.
+template <class F>
+double time_graph(int reps, F&& f, int replays = 7) {
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < reps; ++i) f(i, stream);
+  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
+  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  BENCH_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  std::vector<float> ms(static_cast<std::size_t>(replays));
+  for (auto& x : ms) {
+    BENCH_CHECK(cudaEventRecord(start, stream));
+    BENCH_CHECK(cudaGraphLaunch(exec, stream));
+    BENCH_CHECK(cudaEventRecord(stop, stream));
+    BENCH_CHECK(cudaEventSynchronize(stop));
+    BENCH_CHECK(cudaEventElapsedTime(&x, start, stop));
+    x /= static_cast<float>(reps);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
   return ms[ms.size() / 2];
 }
 
@@ -251,19 +287,22 @@ int run_decode(const options& o) {
   const std::size_t ws_bytes = exec.workspace_bytes(p, width);
   device_array<std::byte> ws(ws_bytes);
   using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
-  const auto run = [&](int rep) {
+  const auto run = [&](int rep, cudaStream_t stream) {
     args_t a{.prob = p,
              .q = d.q_view(o),
              .kv = d.kv(o),
              .index = {.ids = d_ids.p + std::size_t(rep % sets) * rows * width, .count = d_count.p, .width = width, .rows = rows},
              .o = d.o_view(o)};
-    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, nullptr));
+    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, stream));
   };
   const double ms = time_median(o.reps, run);
+  const double graph_ms = time_graph(o.reps, run);
   const double bytes = 2.0 * double(rows) * width * o.bk * o.dim * sizeof(T);
   std::printf("{\"bench\": \"decode\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
-              "\"bytes\": %.0f, \"tb_per_s\": %.3f, \"kernel\": \"%s\", \"layout\": \"%s\"}\n",
-              o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9, o.kernel.c_str(), o.layout.c_str());
+              "\"bytes\": %.0f, \"tb_per_s\": %.3f, \"graph_ms\": %.5f, \"graph_tb_per_s\": %.3f, \"kernel\": \"%s\", "
+              "\"layout\": \"%s\"}\n",
+              o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9, graph_ms, bytes / graph_ms * 1e-9,
+              o.kernel.c_str(), o.layout.c_str());
   return 0;
 }
 
@@ -327,14 +366,14 @@ int run_prefill(const options& o) {
   const std::size_t ws_bytes = exec.workspace_bytes(p);
   device_array<std::byte> ws(ws_bytes);
   using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
-  const auto run = [&](int rep) {
+  const auto run = [&](int rep, cudaStream_t stream) {
     const std::size_t s = std::size_t(rep % sets);
     args_t a{.prob = p,
              .q = skim::cuda::device_view<const T>::token_major(q.p, o.heads_q, o.dim),
              .kv = kv_of<T>(o, k.p, v.p, o.n),
              .index = {.ids = d_ids.p + s * rows * width, .count = d_count.p + s * rows, .width = width, .rows = rows},
              .o = skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim)};
-    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, nullptr));
+    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, stream));
   };
   const double ms = time_median(o.reps, run);
   const double flops = 4.0 * pairs * o.dim * (o.heads_q / o.heads_kv);
