@@ -4,7 +4,8 @@
 //
 //   skim_bench_cuda decode  --batch 8 --n 131072 --blocks 16   (--blocks 0: every block, dense)
 //   skim_bench_cuda prefill --n 32768 --blocks 16              (--blocks 0: every causal block)
-//   skim_bench_cuda step    --batch 8 --n 131072 --blocks 16   (append + route + decode, one CUDA graph)
+//   skim_bench_cuda step    --batch 8 --n 131072 --blocks 16   (append + route + decode, one CUDA graph;
+//                                                               --fuse-append 0: append in its own launch)
 //   common: --heads-q 32 --heads-kv 8 --dim 128 --bk 128 --bq 128 --dtype bf16|fp16
 //           --layout hnd|nhd (K/V head-major [heads_kv, tokens, dim], as the PyTorch peers hold them,
 //           or token-major [tokens, heads_kv, dim]; printed as "layout")
@@ -57,6 +58,7 @@ struct options {
   std::string mode;
   int batch = 1, n = 32768, heads_q = 32, heads_kv = 8, dim = 128, bq = 128, bk = 128, blocks = 16;
   int sets = 4, reps = 50, chunk_blocks = 0;
+  int fuse_append = 1;  // step: append_newest folded into the router's score kernel (0: its own launch)
   std::string dtype = "bf16";
   std::string layout = "hnd";  // K/V: hnd (head-major) or nhd (token-major)
   std::string kernel = "auto";  // decode's split kernel: simt (CUDA cores), mma (tensor cores), auto
@@ -93,6 +95,7 @@ options parse(int argc, char** argv) {
     else if (k == "--dtype") o.dtype = v;
     else if (k == "--kernel") o.kernel = v;
     else if (k == "--layout") o.layout = v;
+    else if (k == "--fuse-append") o.fuse_append = std::atoi(v);
     else if (k == "--index-out") o.index_out = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -426,9 +429,17 @@ int run_step(const options& o) {
 
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const std::span<std::byte> route_span(route_ws.p, route_ws.n);
+  const auto append = [&](cudaStream_t st) {  // its own launch, or nothing: the router appends
+    if (!o.fuse_append) BENCH_STATUS(skim::cuda::append_newest(p, kv, sums, st));
+  };
+  const auto route = [&](cudaStream_t st) {
+    if (o.fuse_append) BENCH_STATUS(router.run(ra, kv, route_span, st));
+    else BENCH_STATUS(router.run(ra, route_span, st));
+  };
   const auto step = [&](cudaStream_t st) {
-    BENCH_STATUS(skim::cuda::append_newest(p, kv, sums, st));
-    BENCH_STATUS(router.run(ra, std::span<std::byte>(route_ws.p, route_ws.n), st));
+    append(st);
+    route(st);
     BENCH_STATUS(exec.run(a, ws.p, ws_bytes, st));
   };
   cudaGraph_t graph;
@@ -444,9 +455,9 @@ int run_step(const options& o) {
   std::vector<float> t_append, t_route, t_attend;
   for (int rep = 0; rep < o.reps + 3; ++rep) {
     BENCH_CHECK(cudaEventRecord(e[0], stream));
-    BENCH_STATUS(skim::cuda::append_newest(p, kv, sums, stream));
+    append(stream);
     BENCH_CHECK(cudaEventRecord(e[1], stream));
-    BENCH_STATUS(router.run(ra, std::span<std::byte>(route_ws.p, route_ws.n), stream));
+    route(stream);
     BENCH_CHECK(cudaEventRecord(e[2], stream));
     BENCH_STATUS(exec.run(a, ws.p, ws_bytes, stream));
     BENCH_CHECK(cudaEventRecord(e[3], stream));
@@ -476,9 +487,9 @@ int run_step(const options& o) {
   }
   std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
               "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"kernel\": \"%s\", "
-              "\"layout\": \"%s\"}\n",
+              "\"layout\": \"%s\", \"fuse_append\": %d}\n",
               o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend),
-              o.kernel.c_str(), o.layout.c_str());
+              o.kernel.c_str(), o.layout.c_str(), o.fuse_append);
   for (auto& ev : e) cudaEventDestroy(ev);
   cudaGraphExecDestroy(graph_exec);
   cudaGraphDestroy(graph);

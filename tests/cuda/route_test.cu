@@ -206,6 +206,11 @@ struct device_decode {
   [[nodiscard]] status route(cudaStream_t stream = nullptr) {
     return router.run(args(), std::span<std::byte>(workspace.data(), workspace.size()), stream);
   }
+  // route() with append_newest folded into the score kernel.
+  [[nodiscard]] status append_and_route(cudaStream_t stream = nullptr) {
+    const std::span<std::byte> ws(workspace.data(), workspace.size());
+    return c.spec.paged ? router.run(args(), paged(), ws, stream) : router.run(args(), contiguous(), ws, stream);
+  }
   [[nodiscard]] std::uint32_t error_bits() {
     std::uint32_t bits = 0;
     SKIM_CUDA_REQUIRE(cudaMemcpy(&bits, error.data(), sizeof bits, cudaMemcpyDeviceToHost));
@@ -342,19 +347,33 @@ void expect_cpu_route(const device_decode<TQ, TKV, TS>& dd, const std::vector<st
   }
 }
 
-// Builds c on the device, routes it, compares with the CPU.
+// Builds c on the device, routes it, compares with the CPU. Half the time the newest key of every
+// sequence is left out of the build and appended by the router's score kernel (run with a K/V
+// source): the records must then equal a build of the whole cache, and the route the CPU's.
 template <class TQ, class TKV, class TS>
 void check_route(const case_spec& s, const sc::decode_router& router, std::mt19937& rng) {
+  const bool fused = skim::test::chance(rng, 0.5);
   INFO(s.describe(), " | reduce ", std::string(route::to_string(router.router.reduce)), " sink ",
        router.selector.sink, " local ", router.selector.local, " recency ", router.selector.recency, " k ",
-       router.selector.dynamic.k);
+       router.selector.dynamic.k, fused ? " | append fused into score" : "");
   const random_case<TQ, TKV> c(s, rng);
   device_decode<TQ, TKV, TS> dd(c, router);
-  SKIM_REQUIRE_OK(dd.build());
-  SKIM_REQUIRE_OK(dd.route());
+  const std::vector<std::int32_t> full = kv_lengths(s);
+  if (fused) {
+    std::vector<std::int32_t> shorter = full;
+    for (std::int32_t& l : shorter) l = l > 0 ? l - 1 : 0;
+    dd.set_lengths(shorter);
+    SKIM_REQUIRE_OK(dd.build());
+    dd.set_lengths(full);
+    SKIM_REQUIRE_OK(dd.append_and_route());
+  } else {
+    SKIM_REQUIRE_OK(dd.build());
+    SKIM_REQUIRE_OK(dd.route());
+  }
   SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
   CHECK(dd.error_bits() == 0);
-  expect_cpu_route(dd, kv_lengths(s));
+  if (fused) expect_summaries(dd, full);
+  expect_cpu_route(dd, full);
 }
 
 template <class TQ, class TKV, class TS>
@@ -572,9 +591,10 @@ TEST_CASE("route small select ranks special scores as the CPU does") {
 }
 
 TEST_CASE("route small graph capture: append and route replayed while the sequences grow") {
-  for (const bool paged : {true, false}) {
+  for (const int mode : {0, 1, 2, 3}) {  // paged or contiguous; append_newest + run, or run with the source
+    const bool paged = mode % 2 == 0, fused = mode >= 2;
     const std::uint32_t seed = fresh_seed();
-    INFO("seed ", seed, paged ? " paged" : " contiguous");
+    INFO("seed ", seed, paged ? " paged" : " contiguous", fused ? ", append fused into score" : "");
     std::mt19937 rng(seed);
     case_spec s;
     s.heads_q = 8;
@@ -599,8 +619,8 @@ TEST_CASE("route small graph capture: append and route replayed while the sequen
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     SKIM_CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const status appended = dd.append(stream);
-    const status routed = dd.route(stream);
+    const status appended = fused ? status::success() : dd.append(stream);
+    const status routed = fused ? dd.append_and_route(stream) : dd.route(stream);
     SKIM_CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
     SKIM_REQUIRE_OK(appended);
     SKIM_REQUIRE_OK(routed);

@@ -202,13 +202,22 @@ __device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, const fl
   }
 }
 
+// What the score kernel appends before it scores: nothing, or the newest key of each sequence from
+// a K/V source (decode_router::run with a source: summarize's append_newest folded in).
+struct no_append {};
+
 // Grid (tile of tile_blocks blocks, index head, sequence); thread j scores block j0 + j for every
 // query head of the row, HP heads a pass, and folds them in head order as pooled_router does.
 // Shared memory: the row's query heads in fp32, [padded_heads][head_dim], zero past heads (their
-// sums are computed and dropped).
-template <int HP, class TQ, class TS>
+// sums are computed and dropped). With a K/V source, the CTA whose tile holds a sequence's newest
+// block first folds the newest key into that block's record (all threads over the head dimension,
+// as append_newest does), and the barrier before scoring makes it visible: the score reads the
+// updated record. Under index_scope::query_head the CTAs of a group's heads each append the same
+// key to the same record: they write equal values (min and max are idempotent), so the result does
+// not depend on their order.
+template <int HP, class TQ, class TS, class KV>
 __global__ void __launch_bounds__(score_threads)
-    decode_score_kernel(device_problem p, device_view<const TQ> q, device_max_bound<TS> s, float* scores,
+    decode_score_kernel(device_problem p, device_view<const TQ> q, device_max_bound<TS> s, KV kv, float* scores,
                         score_params sp) {
   extern __shared__ float4 route_score_smem[];
   float* sq = reinterpret_cast<float*>(route_score_smem);
@@ -219,24 +228,31 @@ __global__ void __launch_bounds__(score_threads)
   const int j = static_cast<int>(threadIdx.x);
   float* out = scores + (static_cast<std::int64_t>(b) * p.index_heads() + rh) * sp.stride + j0;
   const int n_out = static_cast<int>(sp.stride - j0 < tile_blocks ? sp.stride - j0 : tile_blocks);
+  const int heads = sp.heads;
+  const bool kv_scope = p.scope == index_scope::kv_head;
+  const int first_head = kv_scope ? rh * heads : rh;
+  const int kv_head = kv_scope ? rh : rh / p.group_size();
 
+  if constexpr (!std::is_same_v<KV, no_append>) {  // before any exit: a sequence without a query appends too
+    namespace si = detail::summarize_impl;
+    const device_row kr = si::key_range(p, b);
+    if (kr.ok && kr.kv_len > 0 && (kr.kv_len - 1) / p.block_kv - j0 < tile_blocks && (kr.kv_len - 1) / p.block_kv >= j0) {
+      si::append_key(p, kv, s, kr, b, kv_head, j, score_threads);
+    }
+  }
   const device_row r = make_device_row(p, b, 0);  // decode: the sequence's one query block
   const int n = r.ok ? clamp_blocks(r.visible_blocks - j0, tile_blocks) : 0;
   if (n == 0) {  // no row here, or blocks past the visible ones: -inf (block-uniform exit)
     if (j < n_out) out[j] = neg_inf;
     return;
   }
-  const int heads = sp.heads;
-  const bool kv_scope = p.scope == index_scope::kv_head;
-  const int first_head = kv_scope ? rh * heads : rh;
-  const int kv_head = kv_scope ? rh : rh / p.group_size();
   const std::int64_t token = static_cast<std::int64_t>(r.q_offset) + r.q_end - 1;
   const int head_dim = p.head_dim;
   for (int i = j; i < sp.padded_heads * head_dim; i += score_threads) {
     const int g = i / head_dim;
     sq[i] = g < heads ? skim::cuda::to_float(q.row(token, first_head + g)[i - g * head_dim]) : 0.0f;
   }
-  __syncthreads();
+  __syncthreads();  // queries staged; an appended record visible to the thread that scores it
   if (j >= n_out) return;
   float result = neg_inf;
   if (j < n) {
@@ -513,11 +529,24 @@ struct decode_router {
   template <class TQ, class TS>
   [[nodiscard]] status score(const decode_route_args<TQ, TS>& a, std::span<float> scores,
                              cudaStream_t stream) const noexcept {
+    return score(a, detail::route_impl::no_append{}, scores, stream);
+  }
+
+  // score() after folding the newest key of every sequence with keys (from kv) into its block's
+  // record: summarize.cuh's append_newest(a.prob, kv, a.summaries) and score() in one launch, with
+  // the same records and scores as the two calls.
+  template <class TQ, class TS, class KV>
+  [[nodiscard]] status score(const decode_route_args<TQ, TS>& a, const KV& kv, std::span<float> scores,
+                             cudaStream_t stream) const noexcept {
     static_assert(std::is_same_v<TQ, float> || is_device_element_v<TQ>, "Q is float, half or bfloat16");
     namespace impl = detail::route_impl;
     const device_problem& p = a.prob;
     SKIM_TRY(can_implement(p));
-    SKIM_TRY(validate(a.summaries, p));
+    if constexpr (std::is_same_v<KV, impl::no_append>) {
+      SKIM_TRY(validate(a.summaries, p));
+    } else {
+      SKIM_TRY(detail::summarize_impl::check_summarize(p, kv, a.summaries));
+    }
     SKIM_TRY(check_scores(p, scores.data(), scores.size()));
     if (p.batch > 0 && p.max_seqlen_q > 0) {
       if (a.q.data == nullptr) return status::error(status_code::invalid_argument, "Q is null");
@@ -540,11 +569,14 @@ struct decode_router {
     const dim3 grid(static_cast<unsigned>(ceil_div(stride, impl::tile_blocks)), static_cast<unsigned>(p.index_heads()),
                     static_cast<unsigned>(p.batch));
     const std::size_t smem = query_smem(p);
+    const auto launch = [&](auto kernel) {
+      kernel<<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, kv, scores.data(), sp);
+    };
     switch (hp) {
-      case 1: impl::decode_score_kernel<1, TQ, TS><<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, scores.data(), sp); break;
-      case 2: impl::decode_score_kernel<2, TQ, TS><<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, scores.data(), sp); break;
-      case 4: impl::decode_score_kernel<4, TQ, TS><<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, scores.data(), sp); break;
-      default: impl::decode_score_kernel<8, TQ, TS><<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, scores.data(), sp); break;
+      case 1: launch(impl::decode_score_kernel<1, TQ, TS, KV>); break;
+      case 2: launch(impl::decode_score_kernel<2, TQ, TS, KV>); break;
+      case 4: launch(impl::decode_score_kernel<4, TQ, TS, KV>); break;
+      default: launch(impl::decode_score_kernel<8, TQ, TS, KV>); break;
     }
     return check_launch("decode_score_kernel");
   }
@@ -582,11 +614,19 @@ struct decode_router {
   template <class TQ, class TS>
   [[nodiscard]] status run(const decode_route_args<TQ, TS>& a, std::span<std::byte> workspace,
                            cudaStream_t stream) const noexcept {
+    return run(a, detail::route_impl::no_append{}, workspace, stream);
+  }
+
+  // One decode step's summary append and routing in two launches: append_newest(a.prob, kv,
+  // a.summaries) folded into score(), then select(). kv: the K/V source the new keys are in.
+  template <class TQ, class TS, class KV>
+  [[nodiscard]] status run(const decode_route_args<TQ, TS>& a, const KV& kv, std::span<std::byte> workspace,
+                           cudaStream_t stream) const noexcept {
     SKIM_TRY(can_implement(a.prob));
     SKIM_TRY(check_workspace(workspace, workspace_bytes(a.prob)));
     const std::span<float> scores{reinterpret_cast<float*>(workspace.data()),
                                   static_cast<std::size_t>(score_floats(a.prob))};
-    SKIM_TRY(score(a, scores, stream));
+    SKIM_TRY(score(a, kv, scores, stream));
     return select(a.prob, scores, a.index, stream);
   }
 

@@ -125,6 +125,30 @@ __global__ void __launch_bounds__(threads)
   }
 }
 
+// Folds the newest key of sequence b (r: its key_range, r.ok, r.kv_len > 0) into kv head h's record:
+// threads `thread` of `nthreads` of the caller stride over the head dimension. Appending the same key
+// twice, or from two CTAs at once, writes the same values (min and max are idempotent).
+template <class TS, class KV>
+__device__ __forceinline__ void append_key(const device_problem& p, const KV& kv, const device_max_bound<TS>& s,
+                                           const device_row& r, std::int32_t b, std::int32_t h, int thread,
+                                           int nthreads) noexcept {
+  const std::int32_t t = r.kv_len - 1;
+  const auto* k = key_row(kv, r, b, t, h);
+  if (k == nullptr) {
+    if (thread == 0) report(p, bad_page);
+    return;
+  }
+  const bool fresh = t % p.block_kv == 0;  // slot 0: the block's record starts from this key
+  const std::int64_t rec = s.record(p, b, t / p.block_kv, h);
+  for (std::int32_t d = thread; d < p.head_dim; d += nthreads) {
+    const float x = skim::cuda::to_float(k[d]);
+    const float lo = fresh ? pos_inf : skim::cuda::to_float(s.lo[rec + d]);
+    const float hi = fresh ? neg_inf : skim::cuda::to_float(s.hi[rec + d]);
+    s.lo[rec + d] = from_float_device<TS>(x < lo ? x : lo);
+    s.hi[rec + d] = from_float_device<TS>(x > hi ? x : hi);
+  }
+}
+
 // Grid (kv head h, sequence b); threads over the head dimension.
 template <class TS, class KV>
 __global__ void __launch_bounds__(threads)
@@ -133,21 +157,7 @@ __global__ void __launch_bounds__(threads)
   const std::int32_t b = static_cast<std::int32_t>(blockIdx.y);
   const device_row r = key_range(p, b);
   if (!r.ok || r.kv_len == 0) return;
-  const std::int32_t t = r.kv_len - 1;
-  const auto* k = key_row(kv, r, b, t, h);
-  if (k == nullptr) {
-    if (threadIdx.x == 0) report(p, bad_page);
-    return;
-  }
-  const bool fresh = t % p.block_kv == 0;  // slot 0: the block's record starts from this key
-  const std::int64_t rec = s.record(p, b, t / p.block_kv, h);
-  for (std::int32_t d = static_cast<std::int32_t>(threadIdx.x); d < p.head_dim; d += threads) {
-    const float x = skim::cuda::to_float(k[d]);
-    const float lo = fresh ? pos_inf : skim::cuda::to_float(s.lo[rec + d]);
-    const float hi = fresh ? neg_inf : skim::cuda::to_float(s.hi[rec + d]);
-    s.lo[rec + d] = from_float_device<TS>(x < lo ? x : lo);
-    s.hi[rec + d] = from_float_device<TS>(x > hi ? x : hi);
-  }
+  append_key(p, kv, s, r, b, h, static_cast<int>(threadIdx.x), threads);
 }
 
 template <class TS, class KV>
