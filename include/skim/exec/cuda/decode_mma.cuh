@@ -14,9 +14,11 @@
 //              4 KB of K and 4 KB of V) that never straddle a block; warp w takes tiles w, w + 8,
 //              ... (as the CUDA-core kernel's slices do). Each warp streams its tiles through its own
 //              `stages` swizzled K and V buffers by cp.async (stages - 1 tiles, 16 KB, in flight per
-//              warp); lanes [0, tile_keys) resolve one key each (id, causal limit, page) and hand its
-//              offset to the copying lanes by shuffle, so each 16-byte copy of the warp covers whole
-//              256- or 128-byte rows. A slot with nothing to load is zero-filled (its token is
+//              warp); each 16-byte copy of the warp covers whole 256- or 128-byte rows. Contiguous
+//              K/V: a tile's keys are consecutive tokens, so each lane computes its rows from the
+//              tile's first token and how many keys may be read; paged K/V: lanes [0, tile_keys)
+//              resolve one key each (id, causal limit, page) and hand its offset to the copying lanes
+//              by shuffle. A warp walks its tiles with a (block, first key) cursor, no division. A slot with nothing to load is zero-filled (its token is
 //              no_key), so P·V never multiplies stale bits.
 //   per tile   S = Q·Kᵀ by mma.sync.m16n8k16 (K by ldmatrix), scaled into base 2, masked per
 //              (row, key) by the key's token against the row's visible keys (keys past kv_len, past
@@ -166,12 +168,55 @@ __global__ void __launch_bounds__(threads, 1)
   const std::uint32_t kv_warp = sm80::smem_u32(smem) + static_cast<std::uint32_t>(warp * stages * 2 * tile_bytes);
   std::int32_t* const tok_warp = reinterpret_cast<std::int32_t*>(smem + kv_bytes) + warp * stages * max_tile_keys;
 
-  // Tile `tile` of the chunk into buffer st. Lane k < tile_keys resolves key slot k; the copy of
+  // The warp's next tile (warp, warp + warps, ... in order): its block's entry jb and its first key
+  // in the block, advanced by `warps` tiles without a division per tile.
+  struct tile_cursor {
+    std::int32_t jb = 0, sub = 0;
+  };
+  const tile_cursor start{warp / tiles_per_block, warp % tiles_per_block};
+  const tile_cursor stride{warps / tiles_per_block, warps % tiles_per_block};
+  tile_cursor next_tile = start;
+  const int c = lane % G::chunks;
+  // Element offset of this lane's 16-byte chunk in its row of copy step 0, and the rows between
+  // copy steps (contiguous K/V: a tile's keys are consecutive tokens of one block).
+  const std::int64_t lane_off = static_cast<std::int64_t>(lane / G::chunks) * src.token_stride + c * sm80::chunk_elems;
+  const std::int64_t step_off = static_cast<std::int64_t>(G::keys_per_copy) * src.token_stride;
+
+  // The warp's next tile into buffer st. Lane k < tile_keys writes key slot k's token; the copy of
   // step i moves chunk lane % chunks of slot i · keys_per_copy + lane / chunks.
-  const auto issue = [&](std::int32_t tile, int st) {
-    const std::int32_t jb = tile / tiles_per_block;
+  const auto issue = [&](int st) {
+    const std::int32_t jb = next_tile.jb;
+    const std::int32_t first = next_tile.sub * G::tile_keys;  // offset in the block
+    next_tile.jb += stride.jb;
+    next_tile.sub += stride.sub;
+    if (next_tile.sub >= tiles_per_block) {
+      next_tile.sub -= tiles_per_block;
+      ++next_tile.jb;
+    }
     const std::int32_t id = ids_s[jb];
-    const std::int32_t first = (tile - jb * tiles_per_block) * G::tile_keys;  // offset in the block
+    const std::uint32_t k_st = kv_warp + static_cast<std::uint32_t>(st * 2 * tile_bytes);
+    const std::uint32_t v_st = k_st + tile_bytes;
+    if constexpr (std::is_same_v<KV, skim::cuda::device_contiguous_kv<T>>) {
+      // Keys [t0, t0 + limit) of the tile can be read; no shuffles, one 64-bit row offset a tile.
+      const std::int32_t t0 = id * block_kv + first;
+      const std::int32_t room = block_kv - first < load_end - t0 ? block_kv - first : load_end - t0;
+      const std::int32_t limit = id < 0 ? 0 : room;
+      if (lane < G::tile_keys) tok_warp[st * max_tile_keys + lane] = lane < limit ? t0 + lane : no_key;
+      const std::int64_t row0 = static_cast<std::int64_t>(t0) * src.token_stride + lane_off;
+#pragma unroll
+      for (int i = 0; i < G::copies; ++i) {
+        const int key = i * G::keys_per_copy + lane / G::chunks;
+        const std::uint32_t dst = static_cast<std::uint32_t>(sm80::swizzle<D>(key, c) * 2);
+        if (key < limit) {
+          sm80::cp_async_16(k_st + dst, k_base + row0 + i * step_off);
+          sm80::cp_async_16(v_st + dst, v_base + row0 + i * step_off);
+        } else {
+          sm80::zero_16(k_st + dst);
+          sm80::zero_16(v_st + dst);
+        }
+      }
+      return;
+    }
     long long off = -1;  // element offset of the slot's K and V rows; -1: nothing to load
     if (lane < G::tile_keys) {
       std::int32_t tok = no_key;
@@ -190,9 +235,6 @@ __global__ void __launch_bounds__(threads, 1)
       }
       tok_warp[st * max_tile_keys + lane] = tok;
     }
-    const std::uint32_t k_st = kv_warp + static_cast<std::uint32_t>(st * 2 * tile_bytes);
-    const std::uint32_t v_st = k_st + tile_bytes;
-    const int c = lane % G::chunks;
 #pragma unroll
     for (int i = 0; i < G::copies; ++i) {
       const int key = i * G::keys_per_copy + lane / G::chunks;
@@ -327,15 +369,16 @@ __global__ void __launch_bounds__(threads, 1)
     // The warp's tiles through its cp.async pipeline: one commit group per step (empty ones at the
     // end), so wait_group<stages - 1> means "tile k landed" for this lane; __syncwarp then makes
     // every lane's copies (and zero fills, and tokens) visible to the warp's ldmatrix.
+    next_tile = start;
 #pragma unroll
     for (int k = 0; k < stages - 1; ++k) {
-      if (k < mine) issue(warp + k * warps, k);
+      if (k < mine) issue(k);
       sm80::cp_async_commit();
     }
     for (std::int32_t k = 0; k < mine; ++k) {
       const std::int32_t next = k + stages - 1;
       __syncwarp();  // every lane is done reading buffer next % stages (tile k - 1's)
-      if (next < mine) issue(warp + next * warps, static_cast<int>(next % stages));
+      if (next < mine) issue(static_cast<int>(next % stages));
       sm80::cp_async_commit();
       sm80::cp_async_wait<stages - 1>();
       __syncwarp();
