@@ -34,10 +34,11 @@
 //
 // Cost (H200, B = 8, heads_kv = 8, group 4, head_dim 128, bk = 128, N = 131072: 1024 blocks a row):
 // scoring reads 2 · 1024 · 128 summary elements per (sequence, kv head): 33.5 MB for the batch in
-// bf16 (keep summaries in K's 16-bit type: exact, half of fp32's bytes). Measured (ncu and CUDA-graph
-// replays, docs/performance.md): score 27-29 µs (DRAM 25%: each block's exact sum is a serial chain
-// of 128 dependent adds per head, so the kernel is latency-bound, not bandwidth-bound), select
-// 7.4-9.4 µs, append 3 µs. Variants with several chains per thread reached 21.5 µs for score.
+// bf16 (keep summaries in K's 16-bit type: exact, half of fp32's bytes). Measured under ncu
+// (docs/performance.md): score 17.9 µs (DRAM 40%: 512 CTAs of 4 warps, 124 registers, each thread a
+// chain of 128 dependent adds per head; staging records through shared memory took 27-29 µs, and
+// four threads a block, one head each, 37 µs), select 7.9 µs, append 3 µs as its own kernel. With
+// run(args, kv, ...) the append runs inside the score kernel: the whole step in a graph 50.2 µs.
 
 #include <algorithm>
 #include <cstddef>
