@@ -27,7 +27,7 @@
 //    one is summed) and sums the bound of up to 8 heads a pass, so the record is read once per pass
 //    and the loads of a warp cover whole 32-byte sectors. Writes scores [batch, index_heads,
 //    max_kv_blocks] (-inf past the visible blocks) to the workspace.
-//  - select: one CTA of 256 threads per (sequence, index head). Order-preserving 32-bit keys of the
+//  - select: one CTA of 1024 threads per (sequence, index head). Order-preserving 32-bit keys of the
 //    candidates' scores in shared memory (<= max_blocks), a 4-pass radix select (8 bits a pass,
 //    warp-aggregated shared-memory histograms) finds the k-th best key and how many of its ties to
 //    keep; one block-wide scan in id order writes the chosen ids ascending (ties: lower ids first).
@@ -91,8 +91,9 @@ inline constexpr int max_pass_heads = 8;         // query heads scored per pass 
 inline constexpr std::size_t max_query_smem = 48 * 1024;  // the query heads in fp32 (no opt-in needed)
 
 // Select kernel geometry.
-inline constexpr int select_threads = 256;
+inline constexpr int select_threads = 1024;  // a row of up to 1024 candidates: one key per thread and pass
 inline constexpr int select_warps = select_threads / 32;
+static_assert(select_warps <= 32, "block_exclusive_scan scans the warp sums in one warp");
 inline constexpr int radix_bins = 256;
 
 struct score_params {
