@@ -53,6 +53,20 @@ namespace skim::cuda {
 
 inline constexpr int max_devices = 64;
 
+// query(value) once per device: the value and the CUDA error of the first call are kept and copied
+// out on every later call for that device (call_once: thread-safe). Each call site's Query is a
+// lambda of its own type, so each keeps its own cache. Devices from max_devices on run query each time.
+template <class Value, class Query>
+[[nodiscard]] inline cudaError_t once_per_device(int device, Value& out, Query&& query) noexcept {
+  if (device < 0 || device >= max_devices) return query(out);
+  static Value values[max_devices];
+  static cudaError_t errors[max_devices];
+  static std::once_flag once[max_devices];
+  std::call_once(once[device], [&] { errors[device] = query(values[device]); });
+  out = values[device];
+  return errors[device];
+}
+
 struct device_facts {
   int device = 0;
   int major = 0;       // compute capability
@@ -64,21 +78,20 @@ struct device_facts {
 [[nodiscard]] inline status current_device(device_facts& out, const char* where) noexcept {
   int device = 0;
   SKIM_TRY(check(cudaGetDevice(&device), where));
-  const auto query = [&](device_facts& f) {
-    f.device = device;
-    cudaError_t e = cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, device);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&f.minor, cudaDevAttrComputeCapabilityMinor, device);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    return e;
-  };
-  if (device < 0 || device >= max_devices) return check(query(out), where);
-  static device_facts facts[max_devices];
-  static cudaError_t errors[max_devices];
-  static std::once_flag once[max_devices];
-  std::call_once(once[device], [&] { errors[device] = query(facts[device]); });
-  SKIM_TRY(check(errors[device], where));
-  out = facts[device];
-  return status::success();
+  return check(once_per_device(device, out,
+                               [device](device_facts& f) {
+                                 f.device = device;
+                                 cudaError_t e = cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, device);
+                                 if (e == cudaSuccess) {
+                                   e = cudaDeviceGetAttribute(&f.minor, cudaDevAttrComputeCapabilityMinor, device);
+                                 }
+                                 if (e == cudaSuccess) {
+                                   e = cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                                              device);
+                                 }
+                                 return e;
+                               }),
+               where);
 }
 
 // Lets Kernel launch with up to all the dynamic shared memory the device allows (its opt-in limit
@@ -86,18 +99,19 @@ struct device_facts {
 // a reservation: occupancy still follows each launch's own size.
 template <auto Kernel>
 [[nodiscard]] inline status allow_dynamic_smem(const device_facts& d, const char* where) noexcept {
-  const auto set = [&] {
-    cudaFuncAttributes attr{};
-    cudaError_t e = cudaFuncGetAttributes(&attr, Kernel);
-    const int room = d.smem_optin - static_cast<int>(attr.sharedSizeBytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, room);
-    return e;
-  };
-  if (d.device < 0 || d.device >= max_devices) return check(set(), where);
-  static cudaError_t errors[max_devices];
-  static std::once_flag once[max_devices];
-  std::call_once(once[d.device], [&] { errors[d.device] = set(); });
-  return check(errors[d.device], where);
+  bool done = false;
+  return check(once_per_device(d.device, done,
+                               [&d](bool& set) {
+                                 cudaFuncAttributes attr{};
+                                 cudaError_t e = cudaFuncGetAttributes(&attr, Kernel);
+                                 const int room = d.smem_optin - static_cast<int>(attr.sharedSizeBytes);
+                                 if (e == cudaSuccess) {
+                                   e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, room);
+                                 }
+                                 set = e == cudaSuccess;
+                                 return e;
+                               }),
+               where);
 }
 
 // Bits of the device error word. Kernels OR them in with atomicOr; 0 means no bad content seen.

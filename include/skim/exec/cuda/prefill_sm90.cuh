@@ -451,16 +451,8 @@ template <auto Kernel>
     return e;
   };
   int body = 0;
-  if (d.device < 0 || d.device >= skim::cuda::max_devices) {
-    SKIM_TRY(skim::cuda::check(ask(body), "cudaFuncGetAttributes in skim::exec::cuda::prefill (wgmma)"));
-  } else {
-    static int bodies[skim::cuda::max_devices];
-    static cudaError_t errors[skim::cuda::max_devices];
-    static std::once_flag once[skim::cuda::max_devices];
-    std::call_once(once[d.device], [&] { errors[d.device] = ask(bodies[d.device]); });
-    SKIM_TRY(skim::cuda::check(errors[d.device], "cudaFuncGetAttributes in skim::exec::cuda::prefill (wgmma)"));
-    body = bodies[d.device];
-  }
+  SKIM_TRY(skim::cuda::check(skim::cuda::once_per_device(d.device, body, ask),
+                             "cudaFuncGetAttributes in skim::exec::cuda::prefill (wgmma)"));
   yes = d.major == 9 && d.minor == 0 && body == 1;
   return status::success();
 }
