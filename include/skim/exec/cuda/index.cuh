@@ -181,6 +181,16 @@ struct device_block_table {
   }
 };
 
+// A device_block_table the router writes (same layout); converts to the read-only view.
+struct mutable_device_block_table {
+  std::int32_t* ids = nullptr;    // [rows, width]
+  std::int32_t* count = nullptr;  // [rows]
+  std::int32_t width = 0;
+  std::int64_t rows = 0;
+
+  [[nodiscard]] constexpr operator device_block_table() const noexcept { return {ids, count, width, rows}; }
+};
+
 struct device_block_csr {
   const std::int32_t* row_ptr = nullptr;  // [rows + 1]
   const std::int32_t* col_idx = nullptr;  // [capacity]
