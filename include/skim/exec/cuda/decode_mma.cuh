@@ -18,8 +18,9 @@
 //              K/V: a tile's keys are consecutive tokens, so each lane computes its rows from the
 //              tile's first token and how many keys may be read; paged K/V: lanes [0, tile_keys)
 //              resolve one key each (id, causal limit, page) and hand its offset to the copying lanes
-//              by shuffle. A warp walks its tiles with a (block, first key) cursor, no division. A slot with nothing to load is zero-filled (its token is
-//              no_key), so P·V never multiplies stale bits.
+//              by shuffle. A warp walks its tiles with a (block, first key) cursor, no division. A
+//              slot with nothing to load is zero-filled (its token is no_key), so P·V never
+//              multiplies stale bits.
 //   per tile   S = Q·Kᵀ by mma.sync.m16n8k16 (K by ldmatrix), scaled into base 2, masked per
 //              (row, key) by the key's token against the row's visible keys (keys past kv_len, past
 //              a speculative row's causal limit, unloaded slots; padding rows see no key); online
@@ -30,10 +31,12 @@
 //   epilogue   each warp's (m, l, o) of its 16 rows through shared memory (aliasing the K/V
 //              buffers), combined in warp order by write_rows.
 //
-// Instructions per 8 KB tile (K + V) and warp, d 128: 16 cp.async + 16 shuffles + ~40 address
-// and predicate instructions to load; 8 ldmatrix + 16 mma for S; ~60 for scale, mask and softmax;
-// 8 ldmatrix.trans + 16 mma for P·V: about 190, against about 1600 for the CUDA-core kernel's two
-// 4 KB tiles.
+// Instructions per 8 KB tile (K + V) and warp, d 128, counted in the SASS under ncu (H200, contiguous
+// K/V, before the contiguous loader and the tile cursor): ~490, of which ~200 loaded the tile (an
+// integer division, 64-bit offsets shuffled per key, kernel parameters reloaded), 32 mma, 16
+// ldmatrix; IMAD was 20% of all instructions. The kernel is bound by instruction issue (two warps a
+// scheduler), not by memory: docs/performance.md. The CUDA-core kernel spends ~1600 per two 4 KB
+// tiles.
 //
 // P is rounded to the input type before P·V (as prefill and FlashAttention do): outputs differ from
 // the reference by about that rounding (tests: 2e-2 relative for bf16, 5e-3 for fp16); lse is not
