@@ -30,6 +30,7 @@
 #include "skim/index/causal_all.hpp"
 #include "skim/index/convert.hpp"
 #include "skim/index/dense_block_mask.hpp"
+#include "skim/index/head_shared.hpp"
 #include "skim/index/order.hpp"
 #include "skim/index/sink.hpp"
 #include "skim/index/sliding_window.hpp"

@@ -242,7 +242,8 @@ static_assert(index::head_invariant_v<index::causal_all> && index::head_invarian
 static_assert(!index::head_invariant_v<index::block_csr> && !index::head_invariant_v<index::block_table> &&
               !index::head_invariant_v<index::block_union<index::sink, index::block_csr>>);
 
-// Decode rows of a head-invariant index run fused (every kv head in index head 0's items); the
+// Decode rows of a head-invariant index (implicit rules, or a stored row per query block shared by
+// its heads: index::head_shared) run fused (every kv head in index head 0's items); the
 // same selection stored per head (a CSR: not head-invariant) runs per head. Each kv group's rows go
 // through the same tile kernels in the same order either way, so with one index per kv head the
 // outputs are bit-identical; both also match the reference (and 2 and 16 threads, items in reverse).
@@ -307,6 +308,23 @@ TEST_CASE("simd fused decode: a head-invariant index gives the bits of the same 
     check_fused(index::causal_all{}, "causal_all");
     check_fused(index::sliding_window{uniform(rng, 1, 5)}, "sliding_window");
     check_fused(index::make_union(index::sink{1}, index::sliding_window{2}), "sink 1 + sliding_window 2");
+    // A stored selection shared by the heads of each query block: half of its visible blocks.
+    using shared_table = index::head_shared<index::block_table>;
+    std::vector<std::vector<std::int32_t>> rows;
+    REQUIRE(for_each_row(shared_table::shared_problem(p), [&](const row_info& r) {
+              rows.emplace_back();
+              for (std::int32_t j = 0; j < r.visible_blocks; ++j) {
+                if (chance(rng, 0.5)) rows.back().push_back(j);
+              }
+            }).ok());
+    std::int32_t width = 1;
+    for (const auto& r : rows) width = std::max(width, static_cast<std::int32_t>(r.size()));
+    std::vector<std::int32_t> ids(rows.size() * static_cast<std::size_t>(width), index::block_table::pad), count;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      std::copy(rows[r].begin(), rows[r].end(), ids.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(width)));
+      count.push_back(static_cast<std::int32_t>(rows[r].size()));
+    }
+    check_fused(shared_table{.rows = {ids, count, width}, .index_heads = p.index_heads()}, "head_shared block_table");
   }
 }
 
