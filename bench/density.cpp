@@ -16,6 +16,8 @@
 //   prefill_full/step:…/N:N                                 a whole causal prefill: N queries over N keys
 //   decode/step:sparse/exec:E/threads:T/kv:L/sel:1/S/N:N    one query over N keys (summaries kept, append_newest)
 //   decode/step:dense/exec:E/threads:T/kv:L/N:N             T = 1 and 2 (one kv head per thread)
+//   decode/step:sparse_shared/exec:E/threads:1/kv:L/sel:1/S/N:N   S = 2, 8: one selection per query block
+//                                                           for both kv heads (sparse_attention::share_heads)
 // kv:L is the K/V layout both rows of a pair read: HND (head-major [heads_kv, tokens, dim]) or
 // NHD (token-major [tokens, heads_kv, dim]); decode runs both (the sparse step's selections are per
 // kv head, and on NHD a per-head read uses half of every line pair the hardware pulls in:
@@ -74,12 +76,13 @@ skim::problem make_problem(const std::int32_t (&cu_q)[2], const std::int32_t (&c
 }
 
 void sparse(benchmark::State& state, int threads, kv_layout layout, std::int32_t n, std::int32_t queries,
-            std::int32_t share) {
+            std::int32_t share, bool share_heads = false) {
   tensors& d = data(n, queries);
   const std::int32_t cu_q[2] = {0, queries}, cu_kv[2] = {0, n};
   const skim::problem p = make_problem(cu_q, cu_kv);
   const bool decode = queries == 1;
-  sparse_job<kv_type> job(make_sparse_step(p.kv_blocks(0), share), p, d.q.data(), d.k.data(), d.v.data(), d.o.data(),
+  sparse_job<kv_type> job(make_sparse_step(p.kv_blocks(0), share, share_heads), p, d.q.data(), d.k.data(), d.v.data(),
+                          d.o.data(),
                           decode ? skim::summaries_mode::append_newest : skim::summaries_mode::build, layout,
                           /*split_kv_heads=*/threads > 1);
   if (!time_sparse_steps(state, job, threads)) return;
@@ -147,6 +150,12 @@ int main(int argc, char** argv) {
             timing(benchmark::RegisterBenchmark(
                 (name + "/step:sparse" + exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n)).c_str(),
                 [=](benchmark::State& s) { sparse(s, threads, layout, n, queries, share); }));
+            if (decode && threads == 1 && (share == 2 || share == 8)) {  // one selection for both kv heads
+              timing(benchmark::RegisterBenchmark(
+                  (name + "/step:sparse_shared" + exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n))
+                      .c_str(),
+                  [=](benchmark::State& s) { sparse(s, threads, layout, n, queries, share, /*share_heads=*/true); }));
+            }
           }
         }
       }

@@ -20,6 +20,9 @@
 //   decode_hnd/exec:E/threads:2/dim:128/bk:B/kv:DT/sel:1/8/N:131072   sel:1/8 with head-major K/V
 //                                                              [heads_kv, tokens, dim] (the layout in which
 //                                                              per-head selections read whole cache lines)
+//   decode_shared/exec:E/threads:2/dim:128/bk:B/kv:DT/sel:1/8/N:131072   sel:1/8 on token-major K/V with
+//                                                              the ids as one row shared by the kv heads
+//                                                              (index::head_shared: read fused, whole rows)
 // E is scalar (the portable executor; it has no threads of its own, so threads:1) and simd_avx2 /
 // simd_avx512f where include/skim/exec/cpu/simd.hpp exists and this binary is built for the arch.
 // threads:2 runs one kv head per thread (8 query heads, 2 kv heads: two GQA groups of 4), each on
@@ -43,6 +46,7 @@
 #include "skim/exec/cpu/scalar.hpp"
 #include "skim/index/block_table.hpp"
 #include "skim/index/causal_all.hpp"
+#include "skim/index/head_shared.hpp"
 
 // SKIM_BENCH_NO_SIMD: build without the SIMD executors (e.g. while simd.hpp is being written).
 #if !defined(SKIM_BENCH_NO_SIMD) && __has_include("skim/exec/cpu/simd.hpp") && (defined(__AVX2__) || defined(__AVX512F__))
@@ -117,7 +121,7 @@ void prefill(benchmark::State& state, int threads, std::int32_t dim, std::int32_
 // and, for sel > 1, the sel choices of every sel-th block (offset o: blocks o, o + sel, ...).
 template <class Exec, class T>
 void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t bk, std::int32_t n, std::int32_t sel,
-            kv_layout layout = kv_layout::token_major) {
+            kv_layout layout = kv_layout::token_major, bool shared = false) {
   const std::int32_t copies = rotation_copies(2.0 * n * heads_kv * dim * sizeof(T));
   tensors& d = data<T>(1, n, dim, copies);
   const std::size_t copy_elements = std::size_t(n) * heads_kv * dim;
@@ -153,6 +157,30 @@ void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t
   }
   // Every sel-th block from offset o, the same for each index row (of each slice).
   std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(sel)), count(static_cast<std::size_t>(sel));
+  if (shared) {  // the same ids as one row shared by the kv heads (index::head_shared): run fused
+    using shared_index = skim::index::head_shared<skim::index::block_table>;
+    using job = executor_job<Exec, T, shared_index>;
+    std::vector<std::unique_ptr<job>> jobs;
+    double chosen_total = 0;
+    for (std::int32_t o = 0; o < sel; ++o) {
+      const std::int32_t chosen = (blocks - o + sel - 1) / sel;
+      chosen_total += chosen;
+      std::vector<std::int32_t>& oi = ids[std::size_t(o)];
+      count[std::size_t(o)].assign(1, chosen);  // one query block: one shared row
+      for (std::int32_t c = 0; c < chosen; ++c) oi.push_back(o + c * sel);
+      const auto make_index = [&oi, &oc = count[std::size_t(o)], chosen](const skim::problem& sp, int) {
+        return shared_index{.rows = {.ids = oi, .count = oc, .width = chosen}, .index_heads = sp.index_heads()};
+      };
+      for (std::int32_t c = 0; c < copies; ++c) {
+        jobs.push_back(std::make_unique<job>(Exec{}, p, d.q.data(), as<T>(d.k) + copy_elements * c,
+                                             as<T>(d.v) + copy_elements * c, d.o.data(), threads, make_index,
+                                             thread_split::automatic, layout));
+      }
+    }
+    run_all(jobs);
+    set_rate(state, "bytes", 2.0 * (chosen_total / sel) * bk * heads_kv * dim * sizeof(T));
+    return;
+  }
   using job = executor_job<Exec, T, skim::index::block_table>;
   std::vector<std::unique_ptr<job>> jobs;
   double chosen_total = 0;
@@ -240,6 +268,11 @@ void register_decode(const std::string& name, int threads) {
           if (dim == 128 && threads > 1) {  // again on head-major K/V (the per-head gather reads whole lines there)
             benchmark::RegisterBenchmark(("decode_hnd" + row.substr(6)).c_str(), [=](benchmark::State& s) {
               decode<Exec, T>(s, threads, dim, bk, n, sel, kv_layout::head_major);
+            })->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+          }
+          if (dim == 128 && threads > 1 && sel != 1) {  // the same ids as one row shared by the kv heads
+            benchmark::RegisterBenchmark(("decode_shared" + row.substr(6)).c_str(), [=](benchmark::State& s) {
+              decode<Exec, T>(s, threads, dim, bk, n, sel, kv_layout::token_major, /*shared=*/true);
             })->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
           }
         }

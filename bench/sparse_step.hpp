@@ -47,9 +47,11 @@ inline constexpr const char* step_executor_name = "scalar";
 using sparse_step = skim::sparse_attention<skim::summarize::max_bound, skim::route::pooled_router,
                                            skim::select::reserved<skim::select::top_k>, step_executor>;
 
-[[nodiscard]] inline sparse_step make_sparse_step(std::int32_t kv_blocks, std::int32_t share) {
+// share_heads: one selection per query block for all its kv heads (sparse_attention::share_heads).
+[[nodiscard]] inline sparse_step make_sparse_step(std::int32_t kv_blocks, std::int32_t share, bool share_heads = false) {
   const std::int32_t blocks = (kv_blocks + share - 1) / share;
   sparse_step step;
+  step.share_heads = share_heads;
   step.router = {.pool = skim::route::query_pool::mean, .reduce = skim::route::group_reduce::max};
   step.selector = {.sink = 1, .local = 1, .recency = true, .dynamic = {.k = std::max(blocks - 2, 1)}};
   return step;
@@ -97,8 +99,8 @@ class sparse_job {
       s.summaries.resize(std::size_t(step_.summary_floats(s.prob)));
       s.lse.resize(std::size_t(nq) * std::size_t(q_heads));
       s.width = step_.table_width(s.prob);
-      s.ids.resize(std::size_t(s.prob.index_rows() * s.width));
-      s.count.resize(std::size_t(s.prob.index_rows()));
+      s.ids.resize(std::size_t(step_.selected_rows(s.prob) * s.width));
+      s.count.resize(std::size_t(step_.selected_rows(s.prob)));
       s.ws = skim::workspace_buffer(step_.workspace_bytes(s.prob));
     }
     if (mode_ != skim::summaries_mode::build) {  // decode keeps its summaries: build them once, here
@@ -141,18 +143,24 @@ class sparse_job {
     double chosen = 0, causal = 0;
     for (std::int32_t g = 0; g < std::int32_t(slices_.size()); ++g) {
       const slice& s = slices_[std::size_t(g)];
-      const skim::index::block_table t = table(g);
-      (void)skim::for_each_row(s.prob, [&](const skim::row_info& row) {
-        const std::int32_t bk = s.prob.block_kv;
-        for (std::int32_t qq = row.q_begin; qq < row.q_end; ++qq) {
-          const std::int32_t visible = row.visible_keys(qq, s.prob.mask);
-          causal += visible;
-          for (auto c = t.cursor(row); !c.done(); c.next()) {
-            const std::int32_t first = std::int32_t(c.id()) * bk;
-            chosen += std::clamp(visible - first, 0, bk);
+      const auto count = [&](const auto& index) {
+        (void)skim::for_each_row(s.prob, [&](const skim::row_info& row) {
+          const std::int32_t bk = s.prob.block_kv;
+          for (std::int32_t qq = row.q_begin; qq < row.q_end; ++qq) {
+            const std::int32_t visible = row.visible_keys(qq, s.prob.mask);
+            causal += visible;
+            for (auto c = index.cursor(row); !c.done(); c.next()) {
+              const std::int32_t first = std::int32_t(c.id()) * bk;
+              chosen += std::clamp(visible - first, 0, bk);
+            }
           }
-        }
-      });
+        });
+      };
+      if (step_.share_heads) {
+        count(skim::index::head_shared<skim::index::block_table>{.rows = table(g), .index_heads = s.prob.index_heads()});
+      } else {
+        count(table(g));
+      }
     }
     return chosen / causal;
   }

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -38,8 +39,8 @@ struct pipeline_buffers {
       : summaries(static_cast<std::size_t>(s.summary_floats(p)), 7.0f),
         width(s.table_width(p)),
         ws(s.workspace_bytes(p)) {
-    ids.assign(static_cast<std::size_t>(p.index_rows() * width), 99);
-    count.assign(static_cast<std::size_t>(p.index_rows()), 99);
+    ids.assign(static_cast<std::size_t>(s.selected_rows(p) * width), 99);
+    count.assign(static_cast<std::size_t>(s.selected_rows(p)), 99);
   }
   [[nodiscard]] index::mutable_block_table table() { return {.ids = ids, .count = count, .width = width}; }
 };
@@ -106,6 +107,75 @@ TEST_CASE("pipeline: the selected table is the router's scores through the selec
                     output_tolerance<float>));
     });
     CHECK(times.total() >= 0.0);
+  }
+}
+
+TEST_CASE("pipeline: share_heads selects once per query block on the heads' pooled scores") {
+  for (int trial = 0; trial < 30; ++trial) {
+    const std::uint32_t seed = std::random_device{}();
+    std::mt19937 rng(seed);
+    case_spec spec = random_spec(rng, 2e6);
+    spec.softmax_scale = 0.0f;  // routers need a positive scale
+    const random_case<float, float> c(spec, rng);
+    const problem p = c.prob();
+    max_bound_topk s = random_pipeline(rng);
+    s.share_heads = true;
+    INFO("seed ", seed, " ", spec.describe());
+    REQUIRE(s.can_implement(p).ok());
+    REQUIRE(s.selected_rows(p) == p.total_q_blocks());
+
+    pipeline_buffers buf(s, p);
+    output<float> o(spec, c.tokens_q());
+    c.with_kv([&](const auto& kv) {
+      using kv_t = std::remove_cvref_t<decltype(kv)>;
+      const pipeline_args<float, kv_t, float> a{
+          .prob = p, .q = c.q_view(), .kv = kv, .o = o.view, .lse = o.lse, .summaries = buf.summaries,
+          .mode = summaries_mode::build, .selected = buf.table()};
+      allocation_counter counter;
+      const status st = s.run(a, buf.ws.bytes);
+      CHECK(counter.stop() == 0);
+      REQUIRE_MESSAGE(st.ok(), st.message());
+
+      // By hand: every row's scores, the maximum over each query block's heads, one selection each.
+      const std::int32_t stride = p.max_kv_blocks();
+      std::vector<float> scores(static_cast<std::size_t>(p.index_rows() * stride));
+      aligned_workspace rws(s.router.workspace_bytes(p));
+      REQUIRE(s.router.score<summarize::max_bound>(p, c.q_view(), buf.summaries, scores, rws.bytes).ok());
+      std::vector<float> pooled(static_cast<std::size_t>(p.total_q_blocks() * stride), 0.0f);
+      REQUIRE(for_each_row(p, [&](const row_info& r) {
+                for (std::int32_t j = 0; j < r.visible_blocks; ++j) {
+                  const float x = scores[static_cast<std::size_t>(r.row * stride + j)];
+                  float& m = pooled[static_cast<std::size_t>(r.row / p.index_heads() * stride + j)];
+                  m = r.head == 0 || x > m || std::isnan(m) ? x : m;
+                }
+              }).ok());
+      using shared = index::head_shared<index::block_table>;
+      const problem one = shared::shared_problem(p);
+      std::vector<std::int32_t> ids(buf.ids.size()), count(buf.count.size());
+      aligned_workspace selws(select::workspace_bytes(s.selector, one));
+      const index::mutable_block_table want{.ids = ids, .count = count, .width = buf.width};
+      REQUIRE(select::select_all(s.selector, one, {.scores = pooled, .score_stride = stride}, want, selws.bytes).ok());
+      CHECK(count == buf.count);
+      CHECK(ids == buf.ids);
+
+      // O against the reference, every head over its query block's row.
+      output<float> ref(spec, c.tokens_q());
+      const attention_args<float, kv_t, shared, float> ra{
+          .prob = p, .q = c.q_view(), .kv = kv,
+          .index = shared{.rows = index::block_table(buf.table()), .index_heads = p.index_heads()}, .o = ref.view,
+          .lse = ref.lse};
+      REQUIRE(exec::reference{}.run(ra, {}).ok());
+      check(compare(p, o.view, ref.view, std::span<const float>(o.lse), std::span<const float>(ref.lse),
+                    output_tolerance<float>));
+
+      // A prior is per index head: share_heads refuses one.
+      if (p.index_rows() * stride > 0) {
+        std::vector<float> prior(static_cast<std::size_t>(p.index_rows() * stride), 0.0f);
+        auto with_prior = a;
+        with_prior.prior = prior;
+        CHECK(s.run(with_prior, buf.ws.bytes).code() == status_code::unsupported);
+      }
+    });
   }
 }
 

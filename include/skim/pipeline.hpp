@@ -16,11 +16,18 @@
 //   skim::sparse_attention<summarize::max_bound, route::pooled_router, select::reserved<select::top_k>,
 //                          exec::scalar> sparse{.router = {...}, .selector = {...}};
 //   summaries: summary_floats(p) floats, kept beside the KV cache across decode steps;
-//   selected:  a mutable_block_table of index_rows(p) rows × table_width(p) ids;
+//   selected:  a mutable_block_table of selected_rows(p) rows × table_width(p) ids;
 //   workspace: workspace_bytes(p) bytes (skim::workspace_buffer), reused by every call.
 //
 // Scores and selections run row by row (one row of scores in the workspace, not the whole
 // [rows, blocks] matrix), so prefill at long context needs O(max_kv_blocks) scratch for them.
+//
+// share_heads: one selection per query block for all its index heads instead of one per head. The
+// heads' scores are pooled by their maximum (a block any head rates high stays a candidate), the
+// selector chooses once per query block into a table of total_q_blocks() rows, and the executor
+// reads it through index::head_shared: exec::simd then runs decode rows fused and reads token-major
+// K/V rows whole (docs/performance.md). Every head attends over the same blocks: fewer distinct
+// bytes, less per-head fit. A selector prior is per head, so share_heads takes none.
 
 #include <algorithm>
 #include <chrono>
@@ -37,6 +44,7 @@
 #include "skim/core/views.hpp"
 #include "skim/core/workspace.hpp"
 #include "skim/index/block_table.hpp"
+#include "skim/index/head_shared.hpp"
 #include "skim/select/select_all.hpp"
 #include "skim/summarize/build.hpp"
 
@@ -75,7 +83,7 @@ struct pipeline_args {
   std::span<float> summaries{};                     // [summary_floats(prob)], see summarize/build.hpp
   summaries_mode mode = summaries_mode::build;
   std::span<const float> prior{};                   // [index_rows, max_kv_blocks] or empty (selector's prior)
-  index::mutable_block_table selected{};            // [index_rows, table_width] ids + [index_rows] counts: out
+  index::mutable_block_table selected{};            // [selected_rows, table_width] ids + counts: out
 };
 
 template <summarizer Summarizer, class Router, selector Selector, class Executor>
@@ -83,6 +91,7 @@ struct sparse_attention {
   Router router{};
   Selector selector{};
   Executor executor{};
+  bool share_heads = false;  // one selection per query block for all its heads (see the header)
 
   // Floats of the batch's block summaries.
   [[nodiscard]] std::int64_t summary_floats(const problem& p) const noexcept {
@@ -90,6 +99,10 @@ struct sparse_attention {
   }
   // Ids per row of the selected block_table: the most the selector can choose for any row.
   [[nodiscard]] std::int32_t table_width(const problem& p) const noexcept { return select::max_count(selector, p); }
+  // Rows of the selected block_table: one per index row, or one per query block with share_heads.
+  [[nodiscard]] std::int64_t selected_rows(const problem& p) const noexcept {
+    return share_heads ? p.total_q_blocks() : p.index_rows();
+  }
 
   // Scratch of run(): the largest of the stages' needs (they run one after another), where the
   // score/select stage holds one row of scores next to the router's and selector's scratch.
@@ -97,7 +110,7 @@ struct sparse_attention {
     if (!validate(p).ok()) return 0;  // run() rejects it before touching the workspace
     const std::size_t summarize_bytes = summarize::workspace_bytes<Summarizer>(p);
     workspace_arena route_select;
-    (void)route_select.take<float>(static_cast<std::size_t>(p.max_kv_blocks()));
+    (void)route_select.take<float>(static_cast<std::size_t>(p.max_kv_blocks()) * (share_heads ? 2 : 1));
     (void)route_select.take<std::byte>(router.workspace_bytes(p));
     (void)route_select.take<std::byte>(selector.workspace_bytes(p.max_kv_blocks()));
     const std::size_t execute_bytes = executor.workspace_bytes(p);
@@ -133,6 +146,7 @@ struct sparse_attention {
     // 2 score and 3 select, row by row; 4 the ids land in the caller's block_table.
     workspace_arena arena(workspace);
     const std::span<float> scores = arena.take<float>(static_cast<std::size_t>(p.max_kv_blocks()));
+    const std::span<float> pooled = arena.take<float>(share_heads ? static_cast<std::size_t>(p.max_kv_blocks()) : 0);
     const std::span<std::byte> route_ws = arena.take<std::byte>(router.workspace_bytes(p));
     const std::span<std::byte> select_ws = arena.take<std::byte>(selector.workspace_bytes(p.max_kv_blocks()));
     const summarize::summary_layout layout = summarize::make_summary_layout<Summarizer>(p);
@@ -147,19 +161,34 @@ struct sparse_attention {
                                                       static_cast<std::size_t>(layout.sequence_floats(r.seq)));
       auto ts = clock::now();
       SKIM_TRY(router.template score_row<Summarizer>(p, r, a.q, seq_records, scores, route_ws));
+      std::int64_t out_row = r.row;
+      std::span<const float> chosen_from = scores;
+      if (share_heads) {  // pool the query block's heads (rows h = 0 .. index_heads - 1 come in order)
+        const auto visible = static_cast<std::size_t>(r.visible_blocks);
+        for (std::size_t j = 0; j < visible; ++j) {
+          // A NaN score loses to any other (selectors rank NaN last) and never hides one.
+          pooled[j] = r.head == 0 || scores[j] > pooled[j] || pooled[j] != pooled[j] ? scores[j] : pooled[j];
+        }
+        if (r.head + 1 < p.index_heads()) {
+          t.score += seconds(ts, clock::now());
+          return status::success();
+        }
+        out_row = r.row / p.index_heads();
+        chosen_from = pooled;
+      }
       auto tm = clock::now();
       const std::span<std::int32_t> ids =
-          a.selected.ids.subspan(static_cast<std::size_t>(r.row) * static_cast<std::size_t>(width),
+          a.selected.ids.subspan(static_cast<std::size_t>(out_row) * static_cast<std::size_t>(width),
                                  static_cast<std::size_t>(width));
       const row_scores in{.row = r,
-                          .scores = scores,
+                          .scores = chosen_from,
                           .prior = a.prior.empty() ? std::span<const float>{}
                                                    : a.prior.subspan(static_cast<std::size_t>(r.row * stride),
                                                                      static_cast<std::size_t>(stride))};
       std::int32_t count = 0;
       SKIM_TRY(selector.select_row(in, ids, count, select_ws));
       std::fill(ids.begin() + count, ids.end(), index::mutable_block_table::pad);
-      a.selected.count[static_cast<std::size_t>(r.row)] = count;
+      a.selected.count[static_cast<std::size_t>(out_row)] = count;
       auto te = clock::now();
       t.score += seconds(ts, tm);
       t.select += seconds(tm, te);
@@ -169,9 +198,17 @@ struct sparse_attention {
 
     // 5 execute over exactly the selected blocks.
     t0 = clock::now();
-    const attention_args<TQ, KV, index::block_table, TO> exec_args{
-        .prob = p, .q = a.q, .kv = a.kv, .index = a.selected, .o = a.o, .lse = a.lse};
-    SKIM_TRY(executor.run(exec_args, workspace));
+    if (share_heads) {
+      using shared = index::head_shared<index::block_table>;
+      const attention_args<TQ, KV, shared, TO> exec_args{.prob = p, .q = a.q, .kv = a.kv,
+                                                         .index = shared{.rows = a.selected, .index_heads = p.index_heads()},
+                                                         .o = a.o, .lse = a.lse};
+      SKIM_TRY(executor.run(exec_args, workspace));
+    } else {
+      const attention_args<TQ, KV, index::block_table, TO> exec_args{
+          .prob = p, .q = a.q, .kv = a.kv, .index = a.selected, .o = a.o, .lse = a.lse};
+      SKIM_TRY(executor.run(exec_args, workspace));
+    }
     t.execute = seconds(t0, clock::now());
     if (times != nullptr) *times = t;
     return status::success();
@@ -191,7 +228,7 @@ struct sparse_attention {
       return status::error(status_code::shape_mismatch, "summaries has %zu floats, needs %lld", a.summaries.size(),
                            static_cast<long long>(need));
     }
-    const std::int64_t rows = p.index_rows();
+    const std::int64_t rows = selected_rows(p);
     const std::int32_t width = table_width(p);
     if (a.selected.width < width) {
       return status::error(status_code::shape_mismatch, "selected block_table width %d < %d the selector may choose",
@@ -203,6 +240,10 @@ struct sparse_attention {
                            "selected block_table has %zu counts and %zu ids, needs %lld rows x width %d",
                            a.selected.count.size(), a.selected.ids.size(), static_cast<long long>(rows),
                            a.selected.width);
+    }
+    if (share_heads && !a.prior.empty()) {
+      return status::error(status_code::unsupported, "share_heads takes no prior (it has %zu floats): a prior is per "
+                           "index head", a.prior.size());
     }
     if (!a.prior.empty() && static_cast<std::int64_t>(a.prior.size()) != rows * p.max_kv_blocks()) {
       return status::error(status_code::shape_mismatch, "prior has %zu floats, needs %lld rows x %d kv blocks",
