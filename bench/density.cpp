@@ -23,7 +23,8 @@
 // kv head, and on NHD a per-head read uses half of every line pair the hardware pulls in:
 // docs/performance.md), prefill HND only (its tiles are compute-bound).
 // Counters: flops (prefill, rate over the pairs read) or bytes (decode, K+V bytes of the blocks read),
-// density (share of the causal pairs selected), and the stage times of the sparse step in seconds
+// density (share of the causal pairs selected), coverage (decode: the mean attention mass over
+// query heads that the last step's blocks hold, metrics::for_each_query_row), and the stage times of the sparse step in seconds
 // (summarize, score, select, execute; means per step). Compare a sparse row with the dense row of the
 // same N: bench/plot.py draws time(sparse)/time(dense) and the crossover.
 // Default lengths: prefill and prefill_full 4K..32K, decode 4K..128K; --skim_max_n=65536 (or more)
@@ -90,6 +91,7 @@ void sparse(benchmark::State& state, int threads, kv_layout layout, std::int32_t
   state.counters["density"] = density;
   if (decode) {
     set_rate(state, "bytes", density * 2.0 * n * heads_kv * dim * sizeof(kv_type));
+    state.counters["coverage"] = job.coverage();  // attention mass the selection keeps (a dense pass, untimed)
   } else {
     set_rate(state, "flops", 4.0 * job.selected_pairs_all_heads() * dim);
   }

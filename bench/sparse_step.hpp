@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "skim/exec/cpu/scalar.hpp"
 #include "skim/index/block_table.hpp"
 #include "skim/index/causal_all.hpp"
+#include "skim/metrics/quality.hpp"
 #include "skim/pipeline.hpp"
 #include "skim/route/pooled_router.hpp"
 #include "skim/select/reserved.hpp"
@@ -164,6 +166,33 @@ class sparse_job {
     }
     return chosen / causal;
   }
+  // Mean attention-mass coverage of the last step's selection over every (query, query head) row
+  // that sees a key (metrics::for_each_query_row: exact softmax over all keys, in double). Costs a
+  // dense pass: call it outside timed loops, and for decode (one query) rather than prefill.
+  [[nodiscard]] double coverage() const {
+    double sum = 0;
+    std::int64_t rows = 0;
+    for (std::int32_t g = 0; g < std::int32_t(slices_.size()); ++g) {
+      const slice& s = slices_[std::size_t(g)];
+      const auto add = [&](const auto& index) {
+        const skim::status st = skim::metrics::for_each_query_row(
+            s.prob, s.q, s.kv, index, {}, [&](const skim::metrics::query_row& r) {
+              if (r.has_keys()) {
+                sum += r.coverage;
+                ++rows;
+              }
+            });
+        if (!st.ok()) sum = std::numeric_limits<double>::quiet_NaN();
+      };
+      if (step_.share_heads) {
+        add(skim::index::head_shared<skim::index::block_table>{.rows = table(g), .index_heads = s.prob.index_heads()});
+      } else {
+        add(table(g));
+      }
+    }
+    return rows > 0 ? sum / double(rows) : std::numeric_limits<double>::quiet_NaN();
+  }
+
   // Selected (query, key) pairs × query heads, for GFLOP/s of the execute stage.
   [[nodiscard]] double selected_pairs_all_heads() const { return density() * causal_pairs_all_heads(); }
   [[nodiscard]] double causal_pairs_all_heads() const {
