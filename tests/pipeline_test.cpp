@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "skim/exec/cpu/reference.hpp"
@@ -134,7 +135,7 @@ TEST_CASE("pipeline: share_heads selects once per query block on the heads' pool
       allocation_counter counter;
       const status st = s.run(a, buf.ws.bytes);
       CHECK(counter.stop() == 0);
-      REQUIRE_MESSAGE(st.ok(), st.message());
+      REQUIRE_MESSAGE(st.ok(), std::string(st.message()));
 
       // By hand: every row's scores, the maximum over each query block's heads, one selection each.
       const std::int32_t stride = p.max_kv_blocks();

@@ -58,6 +58,7 @@ struct config {
   skim::route::query_pool pool = skim::route::query_pool::last;
   skim::route::group_reduce reduce = skim::route::group_reduce::max;
   skim::index_scope scope = skim::index_scope::kv_head;
+  bool share = false;          // one selection per query block for all its heads (sparse_attention::share_heads)
 
   [[nodiscard]] std::int32_t block_q() const noexcept { return bq > 0 ? bq : block; }
 };
@@ -95,7 +96,8 @@ inline constexpr std::string_view usage_text =
     "  budget=B    top_k with k = ceil(B x kv blocks) - reserved blocks (sink + max(local, recency))\n"
     "  sink=N local=N recency=0|1 importance=S   reserved branches; importance ranks by the dense\n"
     "              attention mass of each block (an oracle prior)\n"
-    "  pool=last|mean|max reduce=max|mean|sum scope=kv|query   router and index heads\n";
+    "  pool=last|mean|max reduce=max|mean|sum scope=kv|query   router and index heads\n"
+    "  share=0|1   one selection per query block for all its heads (the heads' scores pooled by max)\n";
 
 namespace detail {
 
@@ -131,7 +133,7 @@ inline std::string choices(std::initializer_list<std::string_view> names) {
 
 inline constexpr std::string_view config_keys =
     "summarizer, probes, centroids, block, bq, select, k, budget, mode, tau, k_min, k_max, sink, local, recency, "
-    "importance, pool, reduce, scope";
+    "importance, pool, reduce, scope, share";
 
 // Parses one SPEC into `out` (starting from the defaults). Returns "" or the error text.
 [[nodiscard]] inline std::string parse_config(std::string_view spec, config& out) {
@@ -252,6 +254,10 @@ inline constexpr std::string_view config_keys =
       if (value == "kv") c.scope = skim::index_scope::kv_head;
       else if (value == "query") c.scope = skim::index_scope::query_head;
       else return where + "unknown scope " + quote(value) + " (kv, query)";
+    } else if (key == "share") {
+      if (value == "1" || value == "true") c.share = true;
+      else if (value == "0" || value == "false") c.share = false;
+      else return where + "share " + quote(value) + " is not 0 or 1";
     } else {
       return where + "unknown key " + quote(key) + " (" + std::string(config_keys) + ")";
     }
@@ -266,6 +272,7 @@ inline constexpr std::string_view config_keys =
     return false;
   };
   if (given("probes") && c.summarizer != summarizer_kind::probe_max) return where + "probes needs summarizer=probe_max";
+  if (c.share && c.importance > 0.0f) return where + "share=1 takes no importance (its prior is per index head)";
   if (given("centroids") && c.summarizer != summarizer_kind::multi_centroid) {
     return where + "centroids needs summarizer=multi_centroid";
   }

@@ -41,6 +41,7 @@
 #include "skim/exec/cpu/scalar.hpp"
 #include "skim/index/block_table.hpp"
 #include "skim/index/causal_all.hpp"
+#include "skim/index/head_shared.hpp"
 #include "skim/metrics/cost.hpp"
 #include "skim/metrics/quality.hpp"
 #include "skim/pipeline.hpp"
@@ -123,10 +124,12 @@ struct measured_rows_index {
   skim::index::block_table table;  // the full problem's selection
   skim::problem full;              // the full problem (its spans outlive this index)
   std::int32_t first_query = 0;    // m, the first measured query position
+  bool shared = false;             // table has one row per query block (sparse_attention::share_heads)
 
   [[nodiscard]] cursor_type cursor(const skim::row_info& r) const noexcept {
     const std::int32_t full_block = (first_query + r.q_begin) / full.block_q;
-    const auto row = static_cast<std::size_t>(static_cast<std::int64_t>(full_block) * full.index_heads() + r.head);
+    const auto row = static_cast<std::size_t>(shared ? full_block
+                                                     : static_cast<std::int64_t>(full_block) * full.index_heads() + r.head);
     if (row >= table.count.size() || table.width <= 0) return {};
     const std::int32_t* first = table.ids.data() + row * static_cast<std::size_t>(table.width);
     const std::int32_t n = std::clamp(table.count[row], std::int32_t{0}, table.width);
@@ -134,7 +137,10 @@ struct measured_rows_index {
     while (c.e != first + n && *c.e < r.visible_blocks) ++c.e;  // ids ascend: a prefix
     return c;
   }
-  [[nodiscard]] skim::status validate(const skim::problem&) const noexcept { return table.validate(full); }
+  [[nodiscard]] skim::status validate(const skim::problem&) const noexcept {
+    if (shared) return skim::index::head_shared<skim::index::block_table>{table, full.index_heads()}.validate(full);
+    return table.validate(full);
+  }
 };
 static_assert(skim::block_index<measured_rows_index>);
 
@@ -212,7 +218,8 @@ template <class Pipeline>
   // Buffers, reused by every layer and pass.
   std::vector<float> summaries(static_cast<std::size_t>(pipe.summary_floats(p)));
   const std::int32_t width = std::max(pipe.table_width(p), 1);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(p.index_rows() * width)), count(static_cast<std::size_t>(p.index_rows()));
+  const auto rows = static_cast<std::size_t>(pipe.selected_rows(p));
+  std::vector<std::int32_t> ids(rows * static_cast<std::size_t>(width)), count(rows);
   const skim::index::mutable_block_table selected{.ids = ids, .count = count, .width = width};
   std::vector<float> o_sparse(static_cast<std::size_t>(tokens) * sh.heads_q * sh.dim), o_dense(o_sparse.size());
   std::vector<float> lse(static_cast<std::size_t>(tokens) * sh.heads_q), prior;
@@ -253,7 +260,7 @@ template <class Pipeline>
       if (pass != 0) continue;
       // Quality over the measured queries, cost over the rows that hold them.
       const skim::index::block_table table = selected;
-      const measured_rows_index measured{.table = table, .full = p, .first_query = m};
+      const measured_rows_index measured{.table = table, .full = p, .first_query = m, .shared = pipe.share_heads};
       const auto qm = skim::strided_view<const float>{q.data + static_cast<std::int64_t>(m) * q.token_stride,
                                                       tokens - m, q.heads, q.head_dim, q.token_stride, q.head_stride};
       if (const skim::status s = acc.add(layer, pm, qm, kv, measured); !s.ok()) {
@@ -262,7 +269,12 @@ template <class Pipeline>
       const skim::status s = skim::for_each_row(p, [&](const skim::row_info& r) -> skim::status {
         if (r.q_end <= m) return skim::status::success();
         skim::metrics::row_cost rc, dc;
-        SKIM_TRY(skim::metrics::measure_row_cost(p, r, table, rc));
+        if (pipe.share_heads) {
+          SKIM_TRY(skim::metrics::measure_row_cost(
+              p, r, skim::index::head_shared<skim::index::block_table>{table, p.index_heads()}, rc));
+        } else {
+          SKIM_TRY(skim::metrics::measure_row_cost(p, r, table, rc));
+        }
         SKIM_TRY(skim::metrics::measure_row_cost(p, r, skim::index::causal_all{}, dc));
         sparse_cost.add(rc);
         dense_cost.add(dc);
@@ -302,7 +314,8 @@ template <class Summarizer>
                                             skim::exec::scalar>;
     const pipeline pipe{.router = router,
                         .selector = {.sink = c.sink, .local = c.local, .recency = c.recency,
-                                     .importance = c.importance, .dynamic = {.k = out.dynamic_k}}};
+                                     .importance = c.importance, .dynamic = {.k = out.dynamic_k}},
+                        .share_heads = c.share};
     return evaluate(in, o, pipe, out);
   }
   using pipeline = skim::sparse_attention<Summarizer, skim::route::pooled_router, sel::reserved<sel::threshold>,
@@ -310,7 +323,8 @@ template <class Summarizer>
   const pipeline pipe{.router = router,
                       .selector = {.sink = c.sink, .local = c.local, .recency = c.recency, .importance = c.importance,
                                    .dynamic = {.mode = c.mode, .tau = c.tau.value_or(0.0f), .k_min = c.k_min,
-                                               .k_max = c.k_max}}};
+                                               .k_max = c.k_max}},
+                      .share_heads = c.share};
   return evaluate(in, o, pipe, out);
 }
 

@@ -109,8 +109,9 @@ struct sparse_attention {
   [[nodiscard]] std::size_t workspace_bytes(const problem& p) const noexcept {
     if (!validate(p).ok()) return 0;  // run() rejects it before touching the workspace
     const std::size_t summarize_bytes = summarize::workspace_bytes<Summarizer>(p);
-    workspace_arena route_select;
-    (void)route_select.take<float>(static_cast<std::size_t>(p.max_kv_blocks()) * (share_heads ? 2 : 1));
+    workspace_arena route_select;  // the same takes as run(), in the same order (each one is aligned)
+    (void)route_select.take<float>(static_cast<std::size_t>(p.max_kv_blocks()));
+    (void)route_select.take<float>(share_heads ? static_cast<std::size_t>(p.max_kv_blocks()) : 0);
     (void)route_select.take<std::byte>(router.workspace_bytes(p));
     (void)route_select.take<std::byte>(selector.workspace_bytes(p.max_kv_blocks()));
     const std::size_t execute_bytes = executor.workspace_bytes(p);

@@ -115,6 +115,8 @@ TEST_CASE("skim-eval options: good configuration specs") {
     CHECK(c.pool == skim::route::query_pool::max);
     CHECK(c.reduce == skim::route::group_reduce::sum);
     CHECK(c.scope == skim::index_scope::query_head);
+    CHECK(!c.share);
+    CHECK(parsed("k=8,share=1").share);
   }
   SUBCASE("threshold") {
     const config c = parsed("summarizer=multi_centroid,centroids=4,select=threshold,mode=mass,tau=0.9,k_min=1,k_max=6");
@@ -170,6 +172,9 @@ TEST_CASE("skim-eval options: each bad spec names its problem") {
   CHECK(config_error("k=1,pool=min") == "--config 'k=1,pool=min': unknown pool 'min' (last, mean, max)");
   CHECK(config_error("k=1,reduce=min") == "--config 'k=1,reduce=min': unknown reduce 'min' (max, mean, sum)");
   CHECK(config_error("k=1,scope=all") == "--config 'k=1,scope=all': unknown scope 'all' (kv, query)");
+  CHECK(config_error("k=1,share=2") == "--config 'k=1,share=2': share '2' is not 0 or 1");
+  CHECK(config_error("k=1,importance=0.5,share=1") ==
+        "--config 'k=1,importance=0.5,share=1': share=1 takes no importance (its prior is per index head)");
 }
 
 TEST_CASE("skim-eval options: the command line") {
@@ -256,7 +261,8 @@ TEST_CASE("skim-eval end to end: a budget that covers every block is dense atten
                              "summarizer=max_bound,block=8,budget=1,sink=1,local=2",
                              "summarizer=probe_max,probes=2,block=8,bq=16,budget=1",
                              "summarizer=multi_centroid,centroids=4,block=8,budget=1,scope=query",
-                             "summarizer=max_bound,block=8,select=threshold,mode=relative,tau=1e9"}) {
+                             "summarizer=max_bound,block=8,select=threshold,mode=relative,tau=1e9",
+                             "summarizer=max_bound,block=8,budget=1,share=1"}) {
       o.configs.push_back(parsed(spec));
     }
     run_result r;
@@ -340,6 +346,50 @@ TEST_CASE("skim-eval end to end: a small budget loses mass, and min-position mea
   CHECK(b.recall[0].mean == doctest::Approx(recall / static_cast<double>(rows)).epsilon(1e-12));
   // Cost: the index rows of query blocks 4..11 (block 4 holds queries 32..39), 4 query heads share one kv head.
   CHECK(b.cost.index_rows == 8);
+}
+
+TEST_CASE("skim-eval end to end: share=1 measures every head over its query block's one selection") {
+  const temp_dir dir("skim_eval_test");
+  options o = write_inputs(dir.path, 1, 80, 4, 2, 8, 7u);
+  o.configs = {parsed("summarizer=max_bound,block=8,k=2,local=1,share=1")};
+  run_result r;
+  REQUIRE(run(o, r).ok());
+  const auto& q = r.configs[0].quality;
+  REQUIRE(q.rows == 80 * 4);
+
+  inputs in;
+  REQUIRE(load_inputs(o.q_path, o.k_path, o.v_path, in).empty());
+  const std::int32_t cu[2] = {0, 80};
+  const skim::problem p{.heads_q = 4, .heads_kv = 2, .head_dim = 8, .block_q = 8, .block_kv = 8, .cu_seqlens_q = cu,
+                        .cu_seqlens_kv = cu};
+  using pipeline = skim::sparse_attention<skim::summarize::max_bound, skim::route::pooled_router,
+                                          skim::select::reserved<skim::select::top_k>, skim::exec::scalar>;
+  const pipeline pipe{.selector = {.local = 1, .dynamic = {.k = 2}}, .share_heads = true};
+  std::vector<float> summaries(static_cast<std::size_t>(pipe.summary_floats(p)));
+  const std::int32_t width = pipe.table_width(p);
+  REQUIRE(pipe.selected_rows(p) == 10);  // one row per query block, for both kv heads
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(pipe.selected_rows(p) * width));
+  std::vector<std::int32_t> count(static_cast<std::size_t>(pipe.selected_rows(p)));
+  std::vector<float> out(80 * 4 * 8);
+  skim::workspace_buffer ws(pipe.workspace_bytes(p));
+  const skim::contiguous_kv<float> kv{.k = in.k_view(0), .v = in.v_view(0)};
+  const skim::index::mutable_block_table table{.ids = ids, .count = count, .width = width};
+  REQUIRE(pipe.run(skim::pipeline_args<float, skim::contiguous_kv<float>, float>{
+                       .prob = p, .q = in.q_view(0), .kv = kv,
+                       .o = skim::strided_view<float>::token_major(out.data(), 80, 4, 8), .summaries = summaries,
+                       .selected = table},
+                   ws.span())
+              .ok());
+  double coverage = 0.0;
+  std::int64_t rows = 0;
+  const skim::index::head_shared<skim::index::block_table> shared{.rows = table, .index_heads = p.index_heads()};
+  REQUIRE(skim::metrics::for_each_query_row(p, in.q_view(0), kv, shared, {}, [&](const skim::metrics::query_row& row) {
+            coverage += row.coverage;
+            ++rows;
+          }).ok());
+  REQUIRE(rows == q.rows);
+  CHECK(q.coverage.mean == doctest::Approx(coverage / static_cast<double>(rows)).epsilon(1e-12));
+  CHECK(q.cost.index_rows == 20);  // cost counts the problem's rows: 10 query blocks x 2 kv heads
 }
 
 TEST_CASE("skim-eval end to end: bad files and shapes are bad input (exit status 2)") {
