@@ -155,22 +155,23 @@ void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t
     set_rate(state, "bytes", 2.0 * n * heads_kv * dim * sizeof(T));
     return;
   }
-  // Every sel-th block from offset o, the same for each index row (of each slice).
+  // Every sel-th block from offset o, the same for each index row (of each slice); `shared` stores
+  // them once per query block (index::head_shared: run fused) instead of once per kv head.
   std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(sel)), count(static_cast<std::size_t>(sel));
-  if (shared) {  // the same ids as one row shared by the kv heads (index::head_shared): run fused
-    using shared_index = skim::index::head_shared<skim::index::block_table>;
-    using job = executor_job<Exec, T, shared_index>;
+  double chosen_total = 0;
+  const auto run_choices = [&]<class Index>(auto make_index_of) {
+    using job = executor_job<Exec, T, Index>;
     std::vector<std::unique_ptr<job>> jobs;
-    double chosen_total = 0;
     for (std::int32_t o = 0; o < sel; ++o) {
       const std::int32_t chosen = (blocks - o + sel - 1) / sel;
       chosen_total += chosen;
       std::vector<std::int32_t>& oi = ids[std::size_t(o)];
-      count[std::size_t(o)].assign(1, chosen);  // one query block: one shared row
-      for (std::int32_t c = 0; c < chosen; ++c) oi.push_back(o + c * sel);
-      const auto make_index = [&oi, &oc = count[std::size_t(o)], chosen](const skim::problem& sp, int) {
-        return shared_index{.rows = {.ids = oi, .count = oc, .width = chosen}, .index_heads = sp.index_heads()};
-      };
+      const std::int32_t rows = shared ? 1 : heads_kv;  // one query block
+      count[std::size_t(o)].assign(std::size_t(rows), chosen);
+      for (std::int32_t r = 0; r < rows; ++r) {
+        for (std::int32_t c = 0; c < chosen; ++c) oi.push_back(o + c * sel);
+      }
+      const auto make_index = make_index_of(oi, count[std::size_t(o)], chosen);
       for (std::int32_t c = 0; c < copies; ++c) {
         jobs.push_back(std::make_unique<job>(Exec{}, p, d.q.data(), as<T>(d.k) + copy_elements * c,
                                              as<T>(d.v) + copy_elements * c, d.o.data(), threads, make_index,
@@ -178,34 +179,26 @@ void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t
       }
     }
     run_all(jobs);
-    set_rate(state, "bytes", 2.0 * (chosen_total / sel) * bk * heads_kv * dim * sizeof(T));
-    return;
+  };
+  if (shared) {
+    using shared_index = skim::index::head_shared<skim::index::block_table>;
+    run_choices.template operator()<shared_index>([](const auto& oi, const auto& oc, std::int32_t chosen) {
+      return [&oi, &oc, chosen](const skim::problem& sp, int) {
+        return shared_index{.rows = {.ids = oi, .count = oc, .width = chosen}, .index_heads = sp.index_heads()};
+      };
+    });
+  } else {
+    run_choices.template operator()<skim::index::block_table>([](const auto& oi, const auto& oc, std::int32_t chosen) {
+      return [&oi, &oc, chosen](const skim::problem& sp, int slice) {
+        // A whole-problem table has heads_kv rows; a slice's has one (its kv head's).
+        const std::int32_t rows = std::int32_t(sp.index_rows());
+        return skim::index::block_table{
+            .ids = std::span<const std::int32_t>(oi).subspan(std::size_t(slice * chosen), std::size_t(rows * chosen)),
+            .count = std::span<const std::int32_t>(oc).subspan(std::size_t(slice), std::size_t(rows)),
+            .width = chosen};
+      };
+    });
   }
-  using job = executor_job<Exec, T, skim::index::block_table>;
-  std::vector<std::unique_ptr<job>> jobs;
-  double chosen_total = 0;
-  for (std::int32_t o = 0; o < sel; ++o) {
-    const std::int32_t chosen = (blocks - o + sel - 1) / sel;
-    chosen_total += chosen;
-    std::vector<std::int32_t>& oi = ids[std::size_t(o)];
-    count[std::size_t(o)].assign(std::size_t(heads_kv), chosen);
-    for (std::int32_t r = 0; r < heads_kv; ++r) {
-      for (std::int32_t c = 0; c < chosen; ++c) oi.push_back(o + c * sel);
-    }
-    const auto make_index = [&oi, &oc = count[std::size_t(o)], chosen](const skim::problem& sp, int slice) {
-      // A whole-problem table has heads_kv rows; a slice's has one (its kv head's).
-      const std::int32_t rows = std::int32_t(sp.index_rows());
-      return skim::index::block_table{.ids = std::span<const std::int32_t>(oi).subspan(std::size_t(slice * chosen), std::size_t(rows * chosen)),
-                                      .count = std::span<const std::int32_t>(oc).subspan(std::size_t(slice), std::size_t(rows)),
-                                      .width = chosen};
-    };
-    for (std::int32_t c = 0; c < copies; ++c) {
-      jobs.push_back(std::make_unique<job>(Exec{}, p, d.q.data(), as<T>(d.k) + copy_elements * c,
-                                           as<T>(d.v) + copy_elements * c, d.o.data(), threads, make_index,
-                                           thread_split::automatic, layout));
-    }
-  }
-  run_all(jobs);
   set_rate(state, "bytes", 2.0 * (chosen_total / sel) * bk * heads_kv * dim * sizeof(T));
 }
 

@@ -288,6 +288,41 @@ TEST_CASE("skim-eval end to end: a budget that covers every block is dense atten
   }
 }
 
+namespace {
+
+using max_bound_pipeline = skim::sparse_attention<skim::summarize::max_bound, skim::route::pooled_router,
+                                                  skim::select::reserved<skim::select::top_k>, skim::exec::scalar>;
+
+// The pipeline run by hand on layer 0 of the inputs: one sequence of `tokens` queries and keys.
+struct by_hand {
+  skim::problem p;
+  std::vector<float> summaries, out;
+  std::vector<std::int32_t> ids, count;
+  std::int32_t width = 0;
+
+  by_hand(const inputs& in, const max_bound_pipeline& pipe, const std::int32_t (&cu)[2], std::int32_t heads_q,
+          std::int32_t heads_kv)
+      : p{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = 8, .block_q = 8, .block_kv = 8, .cu_seqlens_q = cu,
+          .cu_seqlens_kv = cu},
+        summaries(static_cast<std::size_t>(pipe.summary_floats(p))),
+        out(static_cast<std::size_t>(cu[1]) * static_cast<std::size_t>(heads_q) * 8),
+        ids(static_cast<std::size_t>(pipe.selected_rows(p) * pipe.table_width(p))),
+        count(static_cast<std::size_t>(pipe.selected_rows(p))),
+        width(pipe.table_width(p)) {
+    skim::workspace_buffer ws(pipe.workspace_bytes(p));
+    REQUIRE(pipe.run(skim::pipeline_args<float, skim::contiguous_kv<float>, float>{
+                         .prob = p, .q = in.q_view(0), .kv = kv(in),
+                         .o = skim::strided_view<float>::token_major(out.data(), cu[1], heads_q, 8),
+                         .summaries = summaries, .selected = table()},
+                     ws.span())
+                .ok());
+  }
+  [[nodiscard]] skim::index::mutable_block_table table() { return {.ids = ids, .count = count, .width = width}; }
+  [[nodiscard]] static skim::contiguous_kv<float> kv(const inputs& in) { return {.k = in.k_view(0), .v = in.v_view(0)}; }
+};
+
+}  // namespace
+
 TEST_CASE("skim-eval end to end: a small budget loses mass, and min-position measures exactly the later queries") {
   const temp_dir dir("skim_eval_test");
   options o = write_inputs(dir.path, 1, 96, 4, 1, 8, 99u);
@@ -310,24 +345,10 @@ TEST_CASE("skim-eval end to end: a small budget loses mass, and min-position mea
   inputs in;
   REQUIRE(load_inputs(o.q_path, o.k_path, o.v_path, in).empty());
   const std::int32_t cu[2] = {0, 96};
-  const skim::problem p{.heads_q = 4, .heads_kv = 1, .head_dim = 8, .block_q = 8, .block_kv = 8, .cu_seqlens_q = cu,
-                        .cu_seqlens_kv = cu};
-  using pipeline = skim::sparse_attention<skim::summarize::max_bound, skim::route::pooled_router,
-                                          skim::select::reserved<skim::select::top_k>, skim::exec::scalar>;
-  const pipeline pipe{.selector = {.local = 1, .dynamic = {.k = 1}}};
-  std::vector<float> summaries(static_cast<std::size_t>(pipe.summary_floats(p)));
-  const std::int32_t width = pipe.table_width(p);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(p.index_rows() * width)), count(static_cast<std::size_t>(p.index_rows()));
-  std::vector<float> out(96 * 4 * 8);
-  skim::workspace_buffer ws(pipe.workspace_bytes(p));
-  const skim::contiguous_kv<float> kv{.k = in.k_view(0), .v = in.v_view(0)};
-  const skim::index::mutable_block_table table{.ids = ids, .count = count, .width = width};
-  REQUIRE(pipe.run(skim::pipeline_args<float, skim::contiguous_kv<float>, float>{
-                       .prob = p, .q = in.q_view(0), .kv = kv,
-                       .o = skim::strided_view<float>::token_major(out.data(), 96, 4, 8), .summaries = summaries,
-                       .selected = table},
-                   ws.span())
-              .ok());
+  by_hand h(in, max_bound_pipeline{.selector = {.local = 1, .dynamic = {.k = 1}}}, cu, 4, 1);
+  const skim::problem& p = h.p;
+  const skim::contiguous_kv<float> kv = by_hand::kv(in);
+  const skim::index::mutable_block_table table = h.table();
   double coverage = 0.0, error = 0.0, recall = 0.0;
   std::int64_t rows = 0;
   const std::int32_t t[] = {4};
@@ -360,29 +381,13 @@ TEST_CASE("skim-eval end to end: share=1 measures every head over its query bloc
   inputs in;
   REQUIRE(load_inputs(o.q_path, o.k_path, o.v_path, in).empty());
   const std::int32_t cu[2] = {0, 80};
-  const skim::problem p{.heads_q = 4, .heads_kv = 2, .head_dim = 8, .block_q = 8, .block_kv = 8, .cu_seqlens_q = cu,
-                        .cu_seqlens_kv = cu};
-  using pipeline = skim::sparse_attention<skim::summarize::max_bound, skim::route::pooled_router,
-                                          skim::select::reserved<skim::select::top_k>, skim::exec::scalar>;
-  const pipeline pipe{.selector = {.local = 1, .dynamic = {.k = 2}}, .share_heads = true};
-  std::vector<float> summaries(static_cast<std::size_t>(pipe.summary_floats(p)));
-  const std::int32_t width = pipe.table_width(p);
-  REQUIRE(pipe.selected_rows(p) == 10);  // one row per query block, for both kv heads
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(pipe.selected_rows(p) * width));
-  std::vector<std::int32_t> count(static_cast<std::size_t>(pipe.selected_rows(p)));
-  std::vector<float> out(80 * 4 * 8);
-  skim::workspace_buffer ws(pipe.workspace_bytes(p));
-  const skim::contiguous_kv<float> kv{.k = in.k_view(0), .v = in.v_view(0)};
-  const skim::index::mutable_block_table table{.ids = ids, .count = count, .width = width};
-  REQUIRE(pipe.run(skim::pipeline_args<float, skim::contiguous_kv<float>, float>{
-                       .prob = p, .q = in.q_view(0), .kv = kv,
-                       .o = skim::strided_view<float>::token_major(out.data(), 80, 4, 8), .summaries = summaries,
-                       .selected = table},
-                   ws.span())
-              .ok());
+  by_hand h(in, max_bound_pipeline{.selector = {.local = 1, .dynamic = {.k = 2}}, .share_heads = true}, cu, 4, 2);
+  const skim::problem& p = h.p;
+  REQUIRE(h.count.size() == 10);  // one row per query block, for both kv heads
+  const skim::contiguous_kv<float> kv = by_hand::kv(in);
   double coverage = 0.0;
   std::int64_t rows = 0;
-  const skim::index::head_shared<skim::index::block_table> shared{.rows = table, .index_heads = p.index_heads()};
+  const skim::index::head_shared<skim::index::block_table> shared{.rows = h.table(), .index_heads = p.index_heads()};
   REQUIRE(skim::metrics::for_each_query_row(p, in.q_view(0), kv, shared, {}, [&](const skim::metrics::query_row& row) {
             coverage += row.coverage;
             ++rows;
