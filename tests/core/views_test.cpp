@@ -79,3 +79,30 @@ TEST_CASE("paged_kv maps logical tokens through the page table and validates it"
   kv_overlap.token_stride = 2;  // rows of 3 elements 2 apart
   CHECK(kv_overlap.validate(p).code() == status_code::invalid_argument);
 }
+
+TEST_CASE("paged_kv reads head-major pages, [pages, heads_kv, page_size, head_dim]") {
+  // One sequence of 5 keys, 2 kv heads, dim 3, page size 2, pages 2, 0, 1.
+  std::array<std::int32_t, 2> cq{0, 1}, ck{0, 5};
+  problem p{.heads_q = 2, .heads_kv = 2, .head_dim = 3, .cu_seqlens_q = cq, .cu_seqlens_kv = ck};
+  const std::int32_t pages = 3, page_size = 2;
+  std::vector<float> k(pages * 2 * page_size * 3), v(k.size());
+  std::iota(k.begin(), k.end(), 0.0f);
+  std::iota(v.begin(), v.end(), 1000.0f);
+  std::array<std::int32_t, 2> indptr{0, 3};
+  std::array<std::int32_t, 3> indices{2, 0, 1};
+  auto kv = paged_kv<float>::packed_head_major(k.data(), v.data(), pages, page_size, 2, 3, indptr, indices);
+  REQUIRE(kv.validate(p).ok());
+  CHECK(kv.page_stride == 12);
+  CHECK(kv.head_stride == 6);
+  CHECK(kv.token_stride == 3);
+  CHECK(*kv.k_row(0, 0, 0) == 2 * 12.0f);                 // page 2, head 0, slot 0
+  CHECK(*kv.k_row(0, 1, 1) == 2 * 12.0f + 6.0f + 3.0f);   // page 2, head 1, slot 1
+  CHECK(*kv.v_row(0, 4, 1) == 1000.0f + 12.0f + 6.0f);    // page 1, head 1, slot 0
+
+  auto short_head = kv;
+  short_head.head_stride = 5;  // head 1's tokens start inside head 0's second row
+  CHECK(short_head.validate(p).code() == status_code::invalid_argument);
+  auto short_page = kv;
+  short_page.page_stride = 11;  // the next page starts inside head 1's last row
+  CHECK(short_page.validate(p).code() == status_code::invalid_argument);
+}

@@ -71,18 +71,6 @@ inline bool is_sm90() {
   return skim::cuda::current_device(d, "is_sm90").ok() && d.major == 9 && d.minor == 0;
 }
 
-// x as [groups][tokens][heads][dim] rewritten as [groups][heads][tokens][dim].
-template <class T>
-[[nodiscard]] std::vector<T> heads_outside(const std::vector<T>& x, std::int64_t groups, std::int64_t tokens,
-                                           std::int64_t heads, std::int64_t dim) {
-  std::vector<T> y(x.size());
-  for (std::int64_t g = 0; g < groups; ++g)
-    for (std::int64_t t = 0; t < tokens; ++t)
-      for (std::int64_t h = 0; h < heads; ++h)
-        std::copy_n(x.begin() + ((g * tokens + t) * heads + h) * dim, dim, y.begin() + ((g * heads + h) * tokens + t) * dim);
-  return y;
-}
-
 // A random_case's inputs on the device: cu_seqlens, Q, K/V (contiguous and paged), an error word.
 // K/V are stored as spec.kv_head_major says (the host case keeps them token-major).
 template <class TQ, class TKV>

@@ -167,4 +167,19 @@ TEST_CASE("scalar and reference agree on contiguous and paged storage of the sam
   REQUIRE(run_executor(exec::scalar{}, ap).ok());
   // Same values, same order of operations: bit-identical.
   CHECK(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * sizeof(float)) == 0);
+  // And through head-major pages ([pages, heads_kv, page_size, head_dim]).
+  spec.heads_q = 6;
+  spec.heads_kv = 3;
+  random_case<float, float> g(spec, rng);
+  const problem pg = g.prob();
+  const std::vector<float> k_hm = g.head_major_pages(g.k_pages), v_hm = g.head_major_pages(g.v_pages);
+  output<float> token_pages(spec, g.tokens_q()), head_pages(spec, g.tokens_q());
+  attention_args<float, paged_kv<float>, index::causal_all, float> at{
+      .prob = pg, .q = g.q_view(), .kv = g.paged(), .index = {}, .o = token_pages.view, .lse = token_pages.lse};
+  attention_args<float, paged_kv<float>, index::causal_all, float> ah{.prob = pg, .q = g.q_view(),
+                                                                     .kv = g.paged_head_major(k_hm, v_hm), .index = {},
+                                                                     .o = head_pages.view, .lse = head_pages.lse};
+  REQUIRE(run_executor(exec::scalar{}, at).ok());
+  REQUIRE(run_executor(exec::scalar{}, ah).ok());
+  CHECK(std::memcmp(token_pages.o.data(), head_pages.o.data(), head_pages.o.size() * sizeof(float)) == 0);
 }

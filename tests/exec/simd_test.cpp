@@ -211,6 +211,42 @@ TEST_CASE("simd matches reference: GQA 1, 4, 8, both index scopes, paged and not
   });
 }
 
+// Head-major pages ([pages, heads_kv, page_size, head_dim]) hold the same values as token-major ones:
+// every arch gives the same bits on both (prefill and decode rows, fused decode included).
+TEST_CASE("simd: head-major pages give the bits of token-major pages") {
+  for (int i = 0; i < scaled(8); ++i) {
+    const std::uint32_t seed = 0x4a9eu + static_cast<std::uint32_t>(i);
+    std::mt19937 rng(seed);
+    case_spec spec;
+    spec.heads_kv = pick(rng, {1, 2, 3});
+    spec.heads_q = spec.heads_kv * pick(rng, {1, 4});
+    spec.head_dim = pick(rng, {16, 40, 128});
+    spec.block_q = pick(rng, {1, 16});
+    spec.block_kv = pick(rng, {16, 32});
+    spec.seqs = {{1, uniform(rng, 100, 600)}, {uniform(rng, 2, 40), uniform(rng, 40, 300)}, {0, 5}};
+    spec.paged = true;
+    spec.page_size = pick(rng, {8, 16, 24});
+    const random_case<half, half> c(spec, rng);
+    const problem p = c.prob();
+    INFO("seed " << seed << ": " << spec.describe());
+    const std::vector<half> k_hm = c.head_major_pages(c.k_pages), v_hm = c.head_major_pages(c.v_pages);
+    for_each_arch([&]<class Arch>() {
+      INFO("arch " << arch_name<Arch>());
+      const exec::simd<Arch> e;
+      output<float> token_pages(spec, c.tokens_q()), head_pages(spec, c.tokens_q());
+      attention_args<half, paged_kv<half>, index::causal_all, float> a{
+          .prob = p, .q = c.q_view(), .kv = c.paged(), .index = {}, .o = token_pages.view, .lse = token_pages.lse};
+      REQUIRE(run_simd(e, a, 1).ok());
+      a.kv = c.paged_head_major(k_hm, v_hm);
+      a.o = head_pages.view;
+      a.lse = head_pages.lse;
+      REQUIRE(run_simd(e, a, 2).ok());
+      CHECK(same_bytes(token_pages.o, head_pages.o));
+      CHECK(same_bytes(token_pages.lse, head_pages.lse));
+    });
+  }
+}
+
 TEST_CASE("simd matches reference: stored indices (block_csr, block_table) with random selections") {
   for (int i = 0; i < scaled(30); ++i) {
     const std::uint32_t seed = 0x5e1ecu + static_cast<std::uint32_t>(i);

@@ -132,6 +132,18 @@ template <element T>
   return from_float<T>(std::numeric_limits<float>::quiet_NaN());
 }
 
+// x as [groups][tokens][heads][dim] rewritten as [groups][heads][tokens][dim] (head-major K/V).
+template <class T>
+[[nodiscard]] std::vector<T> heads_outside(const std::vector<T>& x, std::int64_t groups, std::int64_t tokens,
+                                           std::int64_t heads, std::int64_t dim) {
+  std::vector<T> y(x.size());
+  for (std::int64_t g = 0; g < groups; ++g)
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::int64_t h = 0; h < heads; ++h)
+        std::copy_n(x.begin() + ((g * tokens + t) * heads + h) * dim, dim, y.begin() + ((g * heads + h) * tokens + t) * dim);
+  return y;
+}
+
 // The inputs of one case. K/V exist in contiguous (token-major) and paged form with the same values.
 template <element TQ, element TKV>
 struct random_case {
@@ -209,6 +221,15 @@ struct random_case {
   [[nodiscard]] paged_kv<TKV> paged() const {
     return paged_kv<TKV>::packed(k_pages.data(), v_pages.data(), num_pages, spec.page_size, spec.heads_kv,
                                  spec.head_dim, page_indptr, page_indices);
+  }
+  // The same pages head-major, [num_pages, heads_kv, page_size, head_dim]: a copy of the values
+  // (head_major_pages(k_pages), ...) viewed by paged_head_major().
+  [[nodiscard]] std::vector<TKV> head_major_pages(const std::vector<TKV>& pages) const {
+    return heads_outside(pages, num_pages, spec.page_size, spec.heads_kv, spec.head_dim);
+  }
+  [[nodiscard]] paged_kv<TKV> paged_head_major(const std::vector<TKV>& k_hm, const std::vector<TKV>& v_hm) const {
+    return paged_kv<TKV>::packed_head_major(k_hm.data(), v_hm.data(), num_pages, spec.page_size, spec.heads_kv,
+                                            spec.head_dim, page_indptr, page_indices);
   }
   // Calls f(kv source) with the storage the spec asks for.
   template <class F>

@@ -103,7 +103,8 @@ struct contiguous_kv {
   }
 };
 
-// Paged K/V: pages of page_size tokens, [pages, page_size, heads_kv, head_dim] each for K and V,
+// Paged K/V: pages of page_size tokens, token-major [pages, page_size, heads_kv, head_dim] or
+// head-major [pages, heads_kv, page_size, head_dim] (FlashInfer's NHD and HND), each for K and V,
 // and a per-sequence page table in CSR form (FlashInfer's layout): sequence b's logical token t lives
 // in physical page page_indices[page_indptr[b] + t / page_size], slot t % page_size.
 // Pages may be shared between sequences (a common prefix); a page table entry must be in [0, num_pages).
@@ -114,9 +115,9 @@ struct paged_kv {
   const T* v_pages = nullptr;
   std::int32_t num_pages = 0;
   std::int32_t page_size = 0;   // tokens per page
-  std::int64_t page_stride = 0; // elements between pages (>= page_size * token_stride)
-  std::int64_t token_stride = 0;  // elements between tokens of a page (>= heads_kv * head_stride)
-  std::int64_t head_stride = 0;   // elements between heads of a token (>= head_dim)
+  std::int64_t page_stride = 0;   // elements between pages (>= a page's extent)
+  std::int64_t token_stride = 0;  // elements between tokens of a page
+  std::int64_t head_stride = 0;   // elements between heads (rows of head_dim elements never overlap)
   std::span<const std::int32_t> page_indptr{};   // [batch + 1]
   std::span<const std::int32_t> page_indices{};  // [page_indptr[batch]]
 
@@ -129,12 +130,26 @@ struct paged_kv {
     const std::int64_t ts = hs * heads_kv;
     return {k, v, num_pages, page_size, ts * page_size, ts, hs, indptr, indices};
   }
+  // Dense [pages, heads_kv, page_size, head_dim] layout.
+  [[nodiscard]] static constexpr paged_kv packed_head_major(const T* k, const T* v, std::int32_t num_pages,
+                                                            std::int32_t page_size, std::int32_t heads_kv,
+                                                            std::int32_t head_dim, std::span<const std::int32_t> indptr,
+                                                            std::span<const std::int32_t> indices) noexcept {
+    const std::int64_t ts = head_dim;
+    const std::int64_t hs = ts * page_size;
+    return {k, v, num_pages, page_size, hs * heads_kv, ts, hs, indptr, indices};
+  }
 
   [[nodiscard]] status validate(const problem& p) const noexcept {
     if (page_size <= 0) return status::error(status_code::invalid_argument, "page_size %d <= 0", page_size);
     if (num_pages < 0) return status::error(status_code::invalid_argument, "num_pages %d < 0", num_pages);
-    if (head_stride < p.head_dim || token_stride < head_stride * p.heads_kv ||
-        page_stride < token_stride * page_size) {
+    // Rows apart: heads inside a token (token-major) or a head's tokens inside the head (head-major),
+    // and pages apart. One head: its stride is never multiplied.
+    const bool token_major = head_stride >= p.head_dim && token_stride >= head_stride * p.heads_kv;
+    const bool head_major = token_stride >= p.head_dim && (p.heads_kv <= 1 || head_stride >= token_stride * page_size);
+    const std::int64_t token_extent = token_stride * page_size;
+    const std::int64_t head_extent = p.heads_kv > 1 ? head_stride * p.heads_kv : 0;
+    if (!(token_major || head_major) || page_stride < (token_extent > head_extent ? token_extent : head_extent)) {
       return status::error(status_code::invalid_argument,
                            "paged K/V strides (page %lld, token %lld, head %lld) overlap rows of head_dim %d, "
                            "heads_kv %d, page_size %d",
