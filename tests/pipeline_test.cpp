@@ -55,9 +55,9 @@ max_bound_topk random_pipeline(std::mt19937& rng) {
   return s;
 }
 
-}  // namespace
-
-TEST_CASE("pipeline: the selected table is the router's scores through the selector, and O is exact over it") {
+// 30 random cases, each with a random pipeline (share_heads as given): f(spec, case, problem, pipeline).
+template <class F>
+void for_each_trial(bool share_heads, F&& f) {
   for (int trial = 0; trial < 30; ++trial) {
     const std::uint32_t seed = std::random_device{}();
     std::mt19937 rng(seed);
@@ -65,10 +65,19 @@ TEST_CASE("pipeline: the selected table is the router's scores through the selec
     spec.softmax_scale = 0.0f;  // routers need a positive scale
     const random_case<float, float> c(spec, rng);
     const problem p = c.prob();
-    const max_bound_topk s = random_pipeline(rng);
+    max_bound_topk s = random_pipeline(rng);
+    s.share_heads = share_heads;
     INFO("seed ", seed, " ", spec.describe());
     REQUIRE(s.can_implement(p).ok());
+    f(spec, c, p, s);
+  }
+}
 
+}  // namespace
+
+TEST_CASE("pipeline: the selected table is the router's scores through the selector, and O is exact over it") {
+  for_each_trial(false, [](const case_spec& spec, const random_case<float, float>& c, const problem& p,
+                           const max_bound_topk& s) {
     pipeline_buffers buf(s, p);
     output<float> o(spec, c.tokens_q());
     stage_times times;
@@ -108,21 +117,12 @@ TEST_CASE("pipeline: the selected table is the router's scores through the selec
                     output_tolerance<float>));
     });
     CHECK(times.total() >= 0.0);
-  }
+  });
 }
 
 TEST_CASE("pipeline: share_heads selects once per query block on the heads' pooled scores") {
-  for (int trial = 0; trial < 30; ++trial) {
-    const std::uint32_t seed = std::random_device{}();
-    std::mt19937 rng(seed);
-    case_spec spec = random_spec(rng, 2e6);
-    spec.softmax_scale = 0.0f;  // routers need a positive scale
-    const random_case<float, float> c(spec, rng);
-    const problem p = c.prob();
-    max_bound_topk s = random_pipeline(rng);
-    s.share_heads = true;
-    INFO("seed ", seed, " ", spec.describe());
-    REQUIRE(s.can_implement(p).ok());
+  for_each_trial(true, [](const case_spec& spec, const random_case<float, float>& c, const problem& p,
+                          const max_bound_topk& s) {
     REQUIRE(s.selected_rows(p) == p.total_q_blocks());
 
     pipeline_buffers buf(s, p);
@@ -177,7 +177,7 @@ TEST_CASE("pipeline: share_heads selects once per query block on the heads' pool
         CHECK(s.run(with_prior, buf.ws.bytes).code() == status_code::unsupported);
       }
     });
-  }
+  });
 }
 
 TEST_CASE("pipeline: a budget that covers every block gives dense attention") {
