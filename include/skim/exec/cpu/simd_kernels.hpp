@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include <xsimd/xsimd.hpp>
@@ -189,8 +190,7 @@ struct kernels {
       if (e < d) step(e, [n = d - e](const T* x) { return load_float_partial<Arch>(x, n); });
       alignas(64) float sums[w];
       sum_rows<Arch>(acc).store_aligned(sums);
-      for (int r = 0; r < mr; ++r)
-        for (int i = 0; i < kg; ++i) s[static_cast<std::size_t>(r) * ks + j + i] = sums[r * kg + i];
+      for (int r = 0; r < mr; ++r) std::memcpy(s + static_cast<std::size_t>(r) * ks + j, sums + r * kg, sizeof(float) * kg);
     }
     // A next tile longer than this one (a partial tile before a full one): the rest of its rows.
     for (std::int32_t j = (keys + kg - 1) / kg * kg; j < next_keys; ++j) prefetch_row(kn[j], row_bytes);
