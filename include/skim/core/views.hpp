@@ -21,6 +21,25 @@
 
 namespace skim {
 
+// Whether K/V rows of head_dim elements at token · token_stride + head · head_stride never overlap,
+// for `tokens` tokens a head: token-major (heads inside a token) or head-major (a head's tokens
+// inside the head). One head: its stride is never multiplied. The CPU and GPU paged sources check
+// their pages with it (tokens = page_size), the GPU's contiguous source with tokens = 1 (the host
+// cannot see how many tokens it holds).
+[[nodiscard]] constexpr bool kv_rows_apart(std::int64_t token_stride, std::int64_t head_stride, std::int64_t tokens,
+                                           std::int32_t head_dim, std::int32_t heads_kv) noexcept {
+  const bool token_major = head_stride >= head_dim && token_stride >= head_stride * heads_kv;
+  const bool head_major = token_stride >= head_dim && (heads_kv <= 1 || head_stride >= token_stride * tokens);
+  return token_major || head_major;
+}
+// Elements one page of page_size tokens spans, in either layout (the least page stride).
+[[nodiscard]] constexpr std::int64_t kv_page_extent(std::int64_t token_stride, std::int64_t head_stride,
+                                                    std::int32_t page_size, std::int32_t heads_kv) noexcept {
+  const std::int64_t tokens = token_stride * page_size;
+  const std::int64_t heads = heads_kv > 1 ? head_stride * heads_kv : 0;
+  return tokens > heads ? tokens : heads;
+}
+
 template <class T>
 struct strided_view {
   T* data = nullptr;
@@ -143,13 +162,8 @@ struct paged_kv {
   [[nodiscard]] status validate(const problem& p) const noexcept {
     if (page_size <= 0) return status::error(status_code::invalid_argument, "page_size %d <= 0", page_size);
     if (num_pages < 0) return status::error(status_code::invalid_argument, "num_pages %d < 0", num_pages);
-    // Rows apart: heads inside a token (token-major) or a head's tokens inside the head (head-major),
-    // and pages apart. One head: its stride is never multiplied.
-    const bool token_major = head_stride >= p.head_dim && token_stride >= head_stride * p.heads_kv;
-    const bool head_major = token_stride >= p.head_dim && (p.heads_kv <= 1 || head_stride >= token_stride * page_size);
-    const std::int64_t token_extent = token_stride * page_size;
-    const std::int64_t head_extent = p.heads_kv > 1 ? head_stride * p.heads_kv : 0;
-    if (!(token_major || head_major) || page_stride < (token_extent > head_extent ? token_extent : head_extent)) {
+    if (!kv_rows_apart(token_stride, head_stride, page_size, p.head_dim, p.heads_kv) ||
+        page_stride < kv_page_extent(token_stride, head_stride, page_size, p.heads_kv)) {
       return status::error(status_code::invalid_argument,
                            "paged K/V strides (page %lld, token %lld, head %lld) overlap rows of head_dim %d, "
                            "heads_kv %d, page_size %d",

@@ -27,6 +27,7 @@
 #include "skim/core/dtypes.hpp"
 #include "skim/core/problem.hpp"
 #include "skim/core/status.hpp"
+#include "skim/core/views.hpp"
 #include "skim/exec/cuda/index.cuh"
 
 namespace skim::cuda {
@@ -332,24 +333,14 @@ struct device_paged_kv {
   }
 };
 
-// Whether rows of head_dim elements at (token · token_stride + head · head_stride) are apart, for
-// `tokens` tokens a head: token-major (heads inside a token) or head-major (a head's tokens inside
-// the head). The host cannot see how many tokens a contiguous source holds: it passes 1, so a head
-// stride shorter than the sequences' tokens is not caught there.
-[[nodiscard]] constexpr bool rows_apart(std::int64_t token_stride, std::int64_t head_stride, std::int64_t tokens,
-                                        const device_problem& p) noexcept {
-  const bool token_major = head_stride >= p.head_dim && token_stride >= head_stride * p.heads_kv;
-  const bool head_major = token_stride >= p.head_dim && (p.heads_kv <= 1 || head_stride >= token_stride * tokens);
-  return token_major || head_major;
-}
-
 // Host checks of a source's scalars (device content is checked where it is read).
 template <class T>
 [[nodiscard]] inline status validate(const device_contiguous_kv<T>& s, const device_problem& p) noexcept {
   if (p.batch > 0 && (s.k == nullptr || s.v == nullptr)) {
     return status::error(status_code::invalid_argument, "contiguous K/V pointers are null");
   }
-  if (!rows_apart(s.token_stride, s.head_stride, 1, p)) {
+  // Rows apart (core/views.hpp); a head stride shorter than the sequences' tokens is not seen here.
+  if (!kv_rows_apart(s.token_stride, s.head_stride, 1, p.head_dim, p.heads_kv)) {
     return status::error(status_code::invalid_argument, "K/V strides (token %lld, head %lld) overlap rows of "
                          "head_dim %d, heads_kv %d", static_cast<long long>(s.token_stride),
                          static_cast<long long>(s.head_stride), p.head_dim, p.heads_kv);
@@ -360,10 +351,8 @@ template <class T>
 [[nodiscard]] inline status validate(const device_paged_kv<T>& s, const device_problem& p) noexcept {
   if (s.page_size <= 0) return status::error(status_code::invalid_argument, "page_size %d <= 0", s.page_size);
   if (s.num_pages < 0) return status::error(status_code::invalid_argument, "num_pages %d < 0", s.num_pages);
-  const std::int64_t token_extent = s.token_stride * s.page_size;
-  const std::int64_t head_extent = p.heads_kv > 1 ? s.head_stride * p.heads_kv : 0;  // one head: never multiplied
-  const std::int64_t page_extent = token_extent > head_extent ? token_extent : head_extent;
-  if (!rows_apart(s.token_stride, s.head_stride, s.page_size, p) || s.page_stride < page_extent) {
+  if (!kv_rows_apart(s.token_stride, s.head_stride, s.page_size, p.head_dim, p.heads_kv) ||
+      s.page_stride < kv_page_extent(s.token_stride, s.head_stride, s.page_size, p.heads_kv)) {
     return status::error(status_code::invalid_argument, "paged K/V strides (page %lld, token %lld, head %lld) overlap",
                          static_cast<long long>(s.page_stride), static_cast<long long>(s.token_stride),
                          static_cast<long long>(s.head_stride));
