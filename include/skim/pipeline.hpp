@@ -199,17 +199,14 @@ struct sparse_attention {
 
     // 5 execute over exactly the selected blocks.
     t0 = clock::now();
-    if (share_heads) {
-      using shared = index::head_shared<index::block_table>;
-      const attention_args<TQ, KV, shared, TO> exec_args{.prob = p, .q = a.q, .kv = a.kv,
-                                                         .index = shared{.rows = a.selected, .index_heads = p.index_heads()},
-                                                         .o = a.o, .lse = a.lse};
-      SKIM_TRY(executor.run(exec_args, workspace));
-    } else {
-      const attention_args<TQ, KV, index::block_table, TO> exec_args{
-          .prob = p, .q = a.q, .kv = a.kv, .index = a.selected, .o = a.o, .lse = a.lse};
-      SKIM_TRY(executor.run(exec_args, workspace));
-    }
+    const auto execute = [&]<class Index>(const Index& index) {
+      return executor.run(attention_args<TQ, KV, Index, TO>{.prob = p, .q = a.q, .kv = a.kv, .index = index,
+                                                            .o = a.o, .lse = a.lse},
+                          workspace);
+    };
+    const index::block_table selected = a.selected;
+    SKIM_TRY(share_heads ? execute(index::head_shared<index::block_table>{selected, p.index_heads()})
+                         : execute(selected));
     t.execute = seconds(t0, clock::now());
     if (times != nullptr) *times = t;
     return status::success();

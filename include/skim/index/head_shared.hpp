@@ -10,7 +10,8 @@
 // heads. A shared selection is head-invariant (head_invariant.hpp), so exec::simd<Arch> runs a decode
 // query block's kv heads in one work item and reads the token rows whole, as dense decode does
 // (docs/performance.md, density crossover). The price is in quality: every head attends over the
-// same blocks, so route each query block once (for instance on scores summed over its heads).
+// same blocks, so route each query block once on its heads' pooled scores (sparse_attention's
+// share_heads pools them by their maximum).
 
 #include <cstdint>
 

@@ -156,10 +156,8 @@ struct decode_router {
     const std::int32_t stride = p.max_kv_blocks();
     if (p.batch == 0 || stride == 0) return status::success();
     const auto aligned = [](const void* x) { return reinterpret_cast<std::uintptr_t>(x) % 16 == 0; };
-    const int heads = heads_per_row(p);
-    const int hp = impl::pass_heads(heads);
     const impl::score_params sp{
-        .scale = p.scale(), .reduce = router.reduce, .heads = heads, .padded_heads = (heads + hp - 1) / hp * hp,
+        .scale = p.scale(), .reduce = router.reduce, .heads = heads_per_row(p), .padded_heads = padded_heads(p),
         .stride = stride,
         .vector_loads = (static_cast<std::size_t>(p.head_dim) * sizeof(TS)) % 16 == 0 && aligned(a.summaries.lo) &&
                         aligned(a.summaries.hi)};
@@ -169,7 +167,7 @@ struct decode_router {
     const auto launch = [&](auto kernel) {
       kernel<<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, kv, scores.data(), sp);
     };
-    switch (hp) {
+    switch (impl::pass_heads(heads_per_row(p))) {
       case 1: launch(impl::decode_score_kernel<1, TQ, TS, KV>); break;
       case 2: launch(impl::decode_score_kernel<2, TQ, TS, KV>); break;
       case 4: launch(impl::decode_score_kernel<4, TQ, TS, KV>); break;
@@ -231,11 +229,15 @@ struct decode_router {
   [[nodiscard]] static std::int32_t heads_per_row(const device_problem& p) noexcept {
     return p.scope == index_scope::kv_head ? p.group_size() : 1;
   }
-  // Shared memory of the score kernel: the row's query heads in fp32, padded to whole passes.
+  // Query heads per row rounded up to whole passes of the score kernel (rows of its staged queries).
+  [[nodiscard]] static std::int32_t padded_heads(const device_problem& p) noexcept {
+    const std::int32_t hp = detail::route_impl::pass_heads(heads_per_row(p));
+    return (heads_per_row(p) + hp - 1) / hp * hp;
+  }
+  // Shared memory of the score kernel: the staged queries in fp32.
   [[nodiscard]] static std::size_t query_smem(const device_problem& p) noexcept {
-    const int hp = detail::route_impl::pass_heads(heads_per_row(p));
-    const std::size_t padded = (static_cast<std::size_t>(heads_per_row(p)) + hp - 1) / hp * hp;
-    return padded * static_cast<std::size_t>(p.head_dim > 0 ? p.head_dim : 0) * sizeof(float);
+    return static_cast<std::size_t>(padded_heads(p)) * static_cast<std::size_t>(p.head_dim > 0 ? p.head_dim : 0) *
+           sizeof(float);
   }
   [[nodiscard]] static status check_scores(const device_problem& p, const float* data, std::size_t size) noexcept {
     const std::int64_t needed = score_floats(p);

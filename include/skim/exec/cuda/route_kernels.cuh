@@ -188,9 +188,8 @@ __global__ void __launch_bounds__(score_threads)
   if constexpr (!std::is_same_v<KV, no_append>) {  // before any exit: a sequence without a query appends too
     namespace si = detail::summarize_impl;
     const device_row kr = si::key_range(p, b);
-    if (kr.ok && kr.kv_len > 0 && (kr.kv_len - 1) / p.block_kv - j0 < tile_blocks && (kr.kv_len - 1) / p.block_kv >= j0) {
-      si::append_key(p, kv, s, kr, b, kv_head, j, score_threads);
-    }
+    const int newest = kr.kv_len > 0 ? (kr.kv_len - 1) / p.block_kv : -1;  // the block the new key is in
+    if (kr.ok && newest >= j0 && newest < j0 + tile_blocks) si::append_key(p, kv, s, kr, b, kv_head, j, score_threads);
   }
   const device_row r = make_device_row(p, b, 0);  // decode: the sequence's one query block
   const int n = r.ok ? clamp_blocks(r.visible_blocks - j0, tile_blocks) : 0;
