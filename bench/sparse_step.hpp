@@ -139,6 +139,15 @@ class sparse_job {
     const slice& s = slices_[std::size_t(g)];
     return {.ids = s.ids, .count = s.count, .width = s.width};
   }
+  // f(index) with slice g's selection as the executor read it: the table, or it shared by the heads.
+  template <class F>
+  void with_index(std::int32_t g, F&& f) const {
+    if (step_.share_heads) {
+      f(skim::index::head_shared<skim::index::block_table>{table(g), slices_[std::size_t(g)].prob.index_heads()});
+    } else {
+      f(table(g));
+    }
+  }
 
   // Share of the causal (query, key) pairs the selected blocks hold, over every slice.
   [[nodiscard]] double density() const {
@@ -158,11 +167,7 @@ class sparse_job {
           }
         });
       };
-      if (step_.share_heads) {
-        count(skim::index::head_shared<skim::index::block_table>{.rows = table(g), .index_heads = s.prob.index_heads()});
-      } else {
-        count(table(g));
-      }
+      with_index(g, count);
     }
     return chosen / causal;
   }
@@ -184,11 +189,7 @@ class sparse_job {
             });
         if (!st.ok()) sum = std::numeric_limits<double>::quiet_NaN();
       };
-      if (step_.share_heads) {
-        add(skim::index::head_shared<skim::index::block_table>{.rows = table(g), .index_heads = s.prob.index_heads()});
-      } else {
-        add(table(g));
-      }
+      with_index(g, add);
     }
     return rows > 0 ? sum / double(rows) : std::numeric_limits<double>::quiet_NaN();
   }
