@@ -20,7 +20,8 @@
 // ids ascending in [0, count), index::block_table::pad (-1) in [count, width); the rows of a sequence
 // that breaks the bounds are left alone (reported: bad_seqlen).
 //
-// Two kernels (route_kernels.cuh): score every block into the workspace, then select each row's ids.
+// Two kernels: score every block into the workspace (route_kernels.cuh), then select each row's ids
+// (route_select.cuh).
 //
 // Cost (H200, B = 8, heads_kv = 8, group 4, head_dim 128, bk = 128, N = 131072: 1024 blocks a row):
 // scoring reads 2 · 1024 · 128 summary elements per (sequence, kv head): 33.5 MB for the batch in
@@ -40,6 +41,7 @@
 #include "skim/core/workspace.hpp"
 #include "skim/exec/cuda/common.cuh"
 #include "skim/exec/cuda/route_kernels.cuh"
+#include "skim/exec/cuda/route_select.cuh"
 #include "skim/exec/cuda/summarize.cuh"
 #include "skim/index/block_table.hpp"
 #include "skim/route/pooled_router.hpp"

@@ -1,18 +1,14 @@
 #pragma once
-// The kernels of skim::cuda::decode_router (route.cuh holds the host API and the contract: the bits
-// of the CPU pipeline, row numbering, reserved blocks and ties).
+// The score kernel of skim::cuda::decode_router (route.cuh holds the host API and the contract: the
+// bits of the CPU pipeline, row numbering, reserved blocks and ties; route_select.cuh the select
+// kernel that reads the scores).
 //
-// Two kernels:
-//  - score: grid (128-block tiles, index heads, sequences), 128 threads, one block per thread. The
-//    row's query heads go to shared memory in fp32 once; each thread reads its block's min/max
-//    records straight into registers (64 bytes of each a step, the next step in flight while this
-//    one is summed) and sums the bound of up to 8 heads a pass, so the record is read once per pass
-//    and the loads of a warp cover whole 32-byte sectors. Writes scores [batch, index_heads,
-//    max_kv_blocks] (-inf past the visible blocks) to the workspace.
-//  - select: one CTA of 1024 threads per (sequence, index head). Order-preserving 32-bit keys of the
-//    candidates' scores in shared memory (<= max_blocks), a 4-pass radix select (8 bits a pass,
-//    warp-aggregated shared-memory histograms) finds the k-th best key and how many of its ties to
-//    keep; one block-wide scan in id order writes the chosen ids ascending (ties: lower ids first).
+// Grid (128-block tiles, index heads, sequences), 128 threads, one block per thread. The row's query
+// heads go to shared memory in fp32 once; each thread reads its block's min/max records straight
+// into registers (64 bytes of each a step, the next step in flight while this one is summed) and sums
+// the bound of up to 8 heads a pass, so the record is read once per pass and the loads of a warp
+// cover whole 32-byte sectors. Writes scores [batch, index_heads, max_kv_blocks] (-inf past the
+// visible blocks) to the workspace.
 
 #include <cstddef>
 #include <cstdint>
@@ -40,12 +36,6 @@ inline constexpr int max_group = 32;             // query heads per row
 inline constexpr int max_pass_heads = 8;         // query heads scored per pass over a record
 inline constexpr std::size_t max_query_smem = 48 * 1024;  // the query heads in fp32 (no opt-in needed)
 
-// Select kernel geometry.
-inline constexpr int select_threads = 1024;  // a row of up to 1024 candidates: one key per thread and pass
-inline constexpr int select_warps = select_threads / 32;
-static_assert(select_warps <= 32, "block_exclusive_scan scans the warp sums in one warp");
-inline constexpr int radix_bins = 256;
-
 struct score_params {
   float scale = 1.0f;                  // problem's softmax scale (pooled_router's)
   route::group_reduce reduce{};        //
@@ -53,13 +43,6 @@ struct score_params {
   std::int32_t padded_heads = 1;       // heads rounded up to the pass width (rows of the staged queries)
   std::int64_t stride = 0;             // floats per score row: the problem's max_kv_blocks()
   bool vector_loads = false;           // 16-byte loads of records (head_dim·sizeof(TS) % 16 == 0, aligned)
-};
-
-struct select_params {
-  std::int32_t k = 0;       // top_k's k
-  std::int32_t sink = 0;    // reserved's sink
-  std::int32_t newest = 0;  // reserved's max(local, recency ? 1 : 0)
-  std::int64_t stride = 0;  // floats per score row
 };
 
 [[nodiscard]] __device__ __forceinline__ std::int32_t clamp_blocks(std::int32_t x, std::int32_t hi) noexcept {
@@ -228,186 +211,6 @@ __global__ void __launch_bounds__(score_threads)
     result = a == neg_inf ? neg_inf : __fmul_rn(a, sp.scale);
   }
   out[j] = result;
-}
-
-// Order-preserving key of a score: a larger key ranks first; NaN ranks as -inf, -0 as +0.
-[[nodiscard]] __device__ __forceinline__ std::uint32_t rank_key(float x) noexcept {
-  const std::uint32_t u = x != x ? __float_as_uint(neg_inf) : (x == 0.0f ? 0u : __float_as_uint(x));
-  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
-}
-
-// Exclusive prefix sum of x over the CTA's threads in thread order. warp_sums: [32] shared.
-[[nodiscard]] __device__ __forceinline__ std::uint32_t block_exclusive_scan(std::uint32_t x,
-                                                                            std::uint32_t* warp_sums) noexcept {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  std::uint32_t incl = x;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const std::uint32_t y = __shfl_up_sync(full_mask, incl, o);
-    if (lane >= o) incl += y;
-  }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    const std::uint32_t w = lane < select_warps ? warp_sums[lane] : 0u;
-    std::uint32_t wi = w;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const std::uint32_t y = __shfl_up_sync(full_mask, wi, o);
-      if (lane >= o) wi += y;
-    }
-    if (lane < select_warps) warp_sums[lane] = wi - w;
-  }
-  __syncthreads();
-  return incl - x + warp_sums[warp];
-}
-
-// Grid (index head, sequence). Dynamic shared memory: keys [stride] (the row's candidates).
-// (A template only so that a header-defined kernel has one definition across translation units.)
-template <int = 0>
-__global__ void __launch_bounds__(select_threads)
-    decode_select_kernel(device_problem p, const float* scores, mutable_device_block_table t, select_params sp) {
-  extern __shared__ std::uint32_t route_select_keys[];
-  std::uint32_t* keys = route_select_keys;
-  __shared__ std::uint32_t hist[radix_bins];
-  __shared__ std::uint32_t warp_sums[32];
-  __shared__ std::uint32_t found_prefix;
-  __shared__ std::int32_t found_remaining;
-
-  const int h = static_cast<int>(blockIdx.x);
-  const int b = static_cast<int>(blockIdx.y);
-  const int tid = static_cast<int>(threadIdx.x);
-  const int lane = tid % 32;
-  const int warp = tid / 32;
-  const device_row r = make_device_row(p, b, 0);
-  if (!r.ok) return;  // no query: no row (or bad lengths, reported)
-  const std::int64_t row = static_cast<std::int64_t>(p.cu_seqlens_q[b] - p.cu_seqlens_q[0]) * p.index_heads() + h;
-  if (row < 0 || row >= t.rows) {
-    if (tid == 0) report(p, bad_seqlen);
-    return;
-  }
-
-  // reserved<top_k>: sink [0, a), local [bb, v), top-k of [a, bb).
-  const int v = r.visible_blocks;
-  const int a = sp.sink < v ? sp.sink : v;
-  const int newest = sp.newest < v ? sp.newest : v;
-  const int bb = v - newest > a ? v - newest : a;
-  const int n = bb - a;
-  const int take = sp.k < n ? sp.k : n;
-  const int count = a + take + (v - bb);
-  std::int32_t* out = t.ids + row * t.width;
-  for (int i = tid; i < t.width; i += select_threads) {  // reserved ids and padding
-    if (i < a) {
-      out[i] = i;
-    } else if (i >= a + take) {
-      out[i] = i < count ? bb + (i - a - take) : index::block_table::pad;
-    }
-  }
-  if (tid == 0) t.count[row] = count;
-  if (take == 0) return;
-  if (take == n) {
-    for (int i = tid; i < n; i += select_threads) out[a + i] = a + i;
-    return;
-  }
-
-  const float* row_scores = scores + (static_cast<std::int64_t>(b) * p.index_heads() + h) * sp.stride + a;
-  constexpr int key_batch = 4;  // loads in flight per thread before their keys are stored
-  for (int base = 0; base < n; base += key_batch * select_threads) {
-    float x[key_batch];
-#pragma unroll
-    for (int u = 0; u < key_batch; ++u) {
-      const int i = base + u * select_threads + tid;
-      x[u] = i < n ? row_scores[i] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < key_batch; ++u) {
-      const int i = base + u * select_threads + tid;
-      if (i < n) keys[i] = rank_key(x[u]);
-    }
-  }
-
-  // Radix select of the take-th largest key, 8 bits a pass from the top. Invariant: at least
-  // `remaining` >= 1 candidates match `prefix` under `mask`, and take - remaining candidates beat it.
-  std::uint32_t prefix = 0, mask = 0;
-  int remaining = take;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = tid; i < radix_bins; i += select_threads) hist[i] = 0;
-    __syncthreads();  // hist zeroed (and, the first time, keys written)
-    for (int base = 0; base < n; base += select_threads) {  // whole warps iterate: __match_any_sync
-      const int i = base + tid;
-      int bin = -1;
-      if (i < n) {
-        const std::uint32_t u = keys[i];
-        if ((u & mask) == prefix) bin = static_cast<int>((u >> shift) & 0xffu);
-      }
-      const unsigned peers = __match_any_sync(full_mask, bin);
-      if (bin >= 0 && lane == __ffs(static_cast<int>(peers)) - 1) {
-        atomicAdd(&hist[bin], static_cast<std::uint32_t>(__popc(peers)));
-      }
-    }
-    __syncthreads();
-    if (warp == 0) {  // lane l holds bins [8l, 8l + 8); find the bin holding the remaining-th largest
-      std::uint32_t c[8];
-      std::uint32_t mine = 0;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        c[e] = hist[lane * 8 + e];
-        mine += c[e];
-      }
-      std::uint32_t suffix = mine;  // candidates in bins of lanes >= lane
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const std::uint32_t y = __shfl_down_sync(full_mask, suffix, o);
-        if (lane + o < 32) suffix += y;
-      }
-      const std::uint32_t above = suffix - mine;
-      const auto want = static_cast<std::uint32_t>(remaining);
-      if (above < want && want <= suffix) {  // exactly one lane
-        std::uint32_t seen = above, before = 0;
-        int digit = -1;
-#pragma unroll
-        for (int e = 7; e >= 0; --e) {
-          if (digit < 0 && seen + c[e] >= want) {
-            digit = lane * 8 + e;
-            before = seen;
-          }
-          seen += c[e];
-        }
-        found_prefix = prefix | (static_cast<std::uint32_t>(digit) << shift);
-        found_remaining = remaining - static_cast<int>(before);
-      }
-    }
-    __syncthreads();
-    prefix = found_prefix;
-    remaining = found_remaining;
-    mask |= 0xffu << shift;
-  }
-
-  // Keys above the threshold, and the first `remaining` equal to it in id order, in id order: each
-  // thread takes a contiguous run of candidates; one scan counts (above, equal) before it.
-  const std::uint32_t threshold = prefix;
-  const int per = (n + select_threads - 1) / select_threads;
-  const int first = tid * per < n ? tid * per : n;
-  const int last = first + per < n ? first + per : n;
-  std::uint32_t packed = 0;  // equal << 16 | above; both <= max_blocks < 2^16
-  for (int i = first; i < last; ++i) {
-    const std::uint32_t u = keys[i];
-    packed += u > threshold ? 1u : (u == threshold ? 1u << 16 : 0u);
-  }
-  const std::uint32_t before = block_exclusive_scan(packed, warp_sums);
-  std::uint32_t above = before & 0xffffu, equal = before >> 16;
-  const auto ties = static_cast<std::uint32_t>(remaining);
-  for (int i = first; i < last; ++i) {
-    const std::uint32_t u = keys[i];
-    if (u > threshold) {
-      out[a + static_cast<int>(above + (equal < ties ? equal : ties))] = a + i;
-      ++above;
-    } else if (u == threshold) {
-      if (equal < ties) out[a + static_cast<int>(above + equal)] = a + i;
-      ++equal;
-    }
-  }
 }
 
 }  // namespace detail::route_impl
