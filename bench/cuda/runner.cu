@@ -5,7 +5,8 @@
 //   skim_bench_cuda decode  --batch 8 --n 131072 --blocks 16   (--blocks 0: every block, dense)
 //   skim_bench_cuda prefill --n 32768 --blocks 16              (--blocks 0: every causal block)
 //   skim_bench_cuda step    --batch 8 --n 131072 --blocks 16   (append + route + decode, one CUDA graph;
-//                                                               --fuse-append 0: append in its own launch)
+//                                                               --fuse-append 0: append in its own launch;
+//                                                               graph_ms: reps steps back to back in one graph)
 //   common: --heads-q 32 --heads-kv 8 --dim 128 --bk 128 --bq 128 --dtype bf16|fp16
 //           --layout hnd|nhd (K/V head-major [heads_kv, tokens, dim], as the PyTorch peers hold them,
 //           or token-major [tokens, heads_kv, dim]; printed as "layout")
@@ -485,11 +486,22 @@ int run_step(const options& o) {
     BENCH_CHECK(cudaEventElapsedTime(&x, e[0], e[1]));
     if (rep >= 3) t_graph.push_back(x);
   }
+  // The same stages with reps steps back to back in one graph (time_graph: as decode's graph_ms), and
+  // the score kernel and the routing alone that way: what a step costs inside an engine's captured
+  // forward pass, where no graph launch of its own precedes it.
+  const std::span<float> scores(reinterpret_cast<float*>(route_ws.p), std::size_t(router.score_floats(p)));
+  const double g_step = time_graph(o.reps, [&](int, cudaStream_t st) { step(st); });
+  const double g_route = time_graph(o.reps, [&](int, cudaStream_t st) { append(st), route(st); });
+  const double g_score = time_graph(o.reps, [&](int, cudaStream_t st) {
+    if (o.fuse_append) BENCH_STATUS(router.score(ra, kv, scores, st));
+    else BENCH_STATUS(router.score(ra, scores, st));
+  });
   std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
-              "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"kernel\": \"%s\", "
+              "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"graph_ms\": %.5f, "
+              "\"graph_route_ms\": %.5f, \"graph_score_ms\": %.5f, \"kernel\": \"%s\", "
               "\"layout\": \"%s\", \"fuse_append\": %d}\n",
               o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend),
-              o.kernel.c_str(), o.layout.c_str(), o.fuse_append);
+              g_step, g_route, g_score, o.kernel.c_str(), o.layout.c_str(), o.fuse_append);
   for (auto& ev : e) cudaEventDestroy(ev);
   cudaGraphExecDestroy(graph_exec);
   cudaGraphDestroy(graph);
