@@ -19,7 +19,7 @@
 //   decode/step:sparse_shared/exec:E/threads:1/kv:L/sel:1/S/N:N   S = 2, 8: one selection per query block
 //                                                           for both kv heads (sparse_attention::share_heads)
 // kv:L is the K/V layout both rows of a pair read: HND (head-major [heads_kv, tokens, dim]) or
-// NHD (token-major [tokens, heads_kv, dim]); decode runs both (the sparse step's selections are per
+// NHD (token-major [tokens, heads_kv, dim]), the same values in either (so their coverage agrees); decode runs both (the sparse step's selections are per
 // kv head, and on NHD a per-head read uses half of every line pair the hardware pulls in:
 // docs/performance.md), prefill HND only (its tiles are compute-bound).
 // Counters: flops (prefill, rate over the pairs read) or bytes (decode, K+V bytes of the blocks read),
@@ -32,6 +32,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <utility>
@@ -52,7 +54,28 @@ constexpr std::int32_t chunk = 512;  // prefill queries per step
 struct tensors {
   std::int32_t keys = -1, queries = -1;
   std::vector<float> q, o;
-  std::vector<kv_type> k, v;
+  std::vector<kv_type> k, v;          // token-major [keys, heads_kv, dim]
+  std::vector<kv_type> k_hnd, v_hnd;  // the same values head-major [heads_kv, keys, dim], made on first use
+
+  // K or V in `layout`: the HND and NHD rows of a length compute on the same tensors (same coverage).
+  [[nodiscard]] const kv_type* kv(kv_layout layout, bool key) {
+    if (layout == kv_layout::token_major) return key ? k.data() : v.data();
+    if (k_hnd.empty()) {
+      k_hnd = head_major(k);
+      v_hnd = head_major(v);
+    }
+    return key ? k_hnd.data() : v_hnd.data();
+  }
+
+ private:
+  [[nodiscard]] std::vector<kv_type> head_major(const std::vector<kv_type>& x) const {
+    std::vector<kv_type> y(x.size());
+    for (std::int32_t t = 0; t < keys; ++t)
+      for (std::int32_t h = 0; h < heads_kv; ++h)
+        std::copy_n(x.begin() + (std::ptrdiff_t(t) * heads_kv + h) * dim, dim,
+                    y.begin() + (std::ptrdiff_t(h) * keys + t) * dim);
+    return y;
+  }
 };
 
 // Built on first use and kept (rows of all lengths alternate under random interleaving).
@@ -82,8 +105,8 @@ void sparse(benchmark::State& state, int threads, kv_layout layout, std::int32_t
   const std::int32_t cu_q[2] = {0, queries}, cu_kv[2] = {0, n};
   const skim::problem p = make_problem(cu_q, cu_kv);
   const bool decode = queries == 1;
-  sparse_job<kv_type> job(make_sparse_step(p.kv_blocks(0), share, share_heads), p, d.q.data(), d.k.data(), d.v.data(),
-                          d.o.data(),
+  sparse_job<kv_type> job(make_sparse_step(p.kv_blocks(0), share, share_heads), p, d.q.data(), d.kv(layout, true),
+                          d.kv(layout, false), d.o.data(),
                           decode ? skim::summaries_mode::append_newest : skim::summaries_mode::build, layout,
                           /*split_kv_heads=*/threads > 1);
   if (!time_sparse_steps(state, job, threads)) return;
@@ -104,7 +127,7 @@ void dense(benchmark::State& state, int threads, kv_layout layout, std::int32_t 
   // Split by kv head like the sparse step (its pipeline runs one kv head per thread), so the two
   // rows differ only in what they compute.
   executor_job<step_executor, kv_type, skim::index::causal_all> job(
-      step_executor{}, p, d.q.data(), d.k.data(), d.v.data(), d.o.data(), threads,
+      step_executor{}, p, d.q.data(), d.kv(layout, true), d.kv(layout, false), d.o.data(), threads,
       [](const skim::problem&, int) { return skim::index::causal_all{}; }, thread_split::kv_heads, layout);
   for (auto _ : state) {
     const skim::status s = job.run();
