@@ -24,6 +24,7 @@
 
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/index/block_csr.hpp"
+#include "skim/index/head_shared.hpp"
 #include "support/executor_cases.hpp"
 #include "support/random_case.hpp"
 
@@ -402,6 +403,60 @@ TEST_CASE("decode many splits: merge of hundreds of partials, automatic chunk") 
       CHECK(std::memcmp(g1.o.data(), g2.o.data(), g1.o.size() * sizeof(float)) == 0);
       CHECK(std::memcmp(g1.lse.data(), g2.lse.data(), g1.lse.size() * sizeof(float)) == 0);
     }
+  }
+}
+
+TEST_CASE("decode small head_shared: one row per query block reads as its ids stored for every head") {
+  for (std::uint32_t seed = 70; seed < 76; ++seed) {
+    std::mt19937 rng(seed);
+    const case_spec s = random_decode_spec(rng);
+    const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
+    const problem hp = c.prob();
+    const std::int32_t heads = hp.index_heads();
+    // The shared rows (one per query block, laid out for shared_problem), and the same ids per head.
+    const host_index shared = random_index(index::head_shared<index::block_csr>::shared_problem(hp), rng, 20);
+    host_index per_head;
+    for (std::size_t r = 0; r < shared.rows.size() * static_cast<std::size_t>(heads); ++r) {
+      per_head.rows.push_back(shared.rows[r / static_cast<std::size_t>(heads)]);
+    }
+    per_head.finish(shared.width - shared.max_count());  // the same width: the same splits
+    INFO("seed " << seed << ": " << s.describe() << ", index heads " << heads);
+    output<float> ref(c.spec, c.tokens_q());
+    reference_output(c, per_head, ref);
+    tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
+    const device_index dp(per_head), ds(shared);
+    const sc::device_problem p = dc.prob(s);
+    const sc::device_head_shared<sc::device_block_table> table{ds.table(), heads};
+    const sc::device_head_shared<sc::device_block_csr> csr{ds.csr(static_cast<std::int64_t>(shared.col_idx.size())),
+                                                          heads};
+    decode dec;
+    dec.chunk_blocks = pick(rng, {0, 2});
+    for (const decode_kernel k : kernels) {
+      INFO("kernel " << kernel_name(k) << ", chunk_blocks " << dec.chunk_blocks);
+      const decode dk = with_kernel(dec, k);
+      with_kv(c, dc, [&](const auto& kv) {
+        const auto want = run_decode<float>(dk, dc, p, kv, dp.table(), c.tokens_q());
+        CHECK(want.error == 0u);
+        check_against(s, want, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
+        for (const auto& got : {run_decode<float>(dk, dc, p, kv, table, c.tokens_q()),
+                                run_decode<float>(dk, dc, p, kv, csr, c.tokens_q())}) {
+          CHECK(got.error == 0u);
+          CHECK(std::memcmp(got.o.data(), want.o.data(), want.o.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(got.lse.data(), want.lse.data(), want.lse.size() * sizeof(float)) == 0);
+        }
+      });
+    }
+    // index_heads must be the problem's: a mismatch is a host error, nothing runs.
+    const sc::device_attention_args<skim::bfloat16, sc::device_contiguous_kv<skim::bfloat16>,
+                                    sc::device_head_shared<sc::device_block_table>, float>
+        bad{.prob = p,
+            .q = sc::device_view<const skim::bfloat16>::token_major(dc.q.data(), p.heads_q, p.head_dim),
+            .kv = dc.contiguous(s),
+            .index = {ds.table(), heads + 1},
+            .o = sc::device_view<float>::token_major(nullptr, p.heads_q, p.head_dim)};
+    const status st = dec.run(bad, nullptr, 0, nullptr);
+    CHECK(st.code() == status_code::shape_mismatch);
+    CHECK(std::string(st.message()).find("index_heads") != std::string::npos);
   }
 }
 

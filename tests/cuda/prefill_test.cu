@@ -25,6 +25,7 @@
 #include "skim/exec/cuda/prefill.cuh"
 #include "skim/index/block_union.hpp"
 #include "skim/index/causal_all.hpp"
+#include "skim/index/head_shared.hpp"
 #include "skim/index/sink.hpp"
 #include "skim/index/sliding_window.hpp"
 #include "support/compare.hpp"
@@ -503,6 +504,39 @@ TEST_CASE("prefill small implicit indices: causal_all, sink + window, table/CSR 
   check_implicit_case<bf16>(small_spec(128, 64, 128, 2, 1, seqs, mask_kind::causal, true), rng,
                             implicit_kind::csr_sink_window, 1, 2);
   check_implicit_case<float>(small_spec(64, 64, 64, 1, 1, {{129, 129}}), rng, implicit_kind::sink_window, 0, 0);
+}
+
+TEST_CASE("prefill small head_shared: one row per query block, read by every index head") {
+  // GQA (kv-head scope: index_heads = heads_kv) and query-head scope, partial blocks, paged.
+  std::mt19937 rng(0x5a4eu);
+  const std::vector<sequence_lengths> seqs{{70, 130}, {0, 5}, {64, 64}, {9, 3}};
+  for (case_spec spec : {small_spec(64, 64, 64, 4, 2, seqs), small_spec(128, 64, 128, 8, 2, seqs, mask_kind::causal, true)}) {
+    for (const index_scope scope : {index_scope::kv_head, index_scope::query_head}) {
+      spec.scope = scope;
+      const random_case<bf16, bf16> c(spec, rng);
+      const problem p = c.prob();
+      const std::int32_t heads = p.index_heads();
+      const csr_storage shared = random_selection(index::head_shared<index::block_csr>::shared_problem(p), rng, 0.4);
+      INFO(spec.describe() << ", index heads " << heads);
+      const index::head_shared<index::block_csr> cpu{shared.view(), heads};
+      REQUIRE(cpu.validate(p).ok());
+      output<float> ref(spec, c.tokens_q());
+      run_reference_on(c, cpu, ref);
+      tc::device_case<bf16, bf16> dc(c);
+      const device_index idx(shared, 1);
+      for (const prefill_kernel k : kernels_for(spec)) {
+        INFO("kernel " << name_of(k));
+        const auto table = run_prefill_on<float>(c, dc, skim::cuda::device_head_shared<skim::cuda::device_block_table>{
+                                                            idx.table(), heads}, k);
+        check_against(c, table, ref);
+        CHECK(table.error_bits == 0u);
+        const auto csr = run_prefill_on<float>(c, dc, skim::cuda::device_head_shared<skim::cuda::device_block_csr>{
+                                                          idx.csr(), heads}, k);
+        CHECK(std::memcmp(csr.o.data(), table.o.data(), table.o.size() * sizeof(float)) == 0);
+        CHECK(csr.error_bits == 0u);
+      }
+    }
+  }
 }
 
 TEST_CASE("prefill over implicit indices matches the reference on random shapes") {

@@ -37,7 +37,8 @@
 //    packed over the query blocks that exist (a sequence with no query has no row), so an index built
 //    for the CPU executors works unchanged. The host cannot count query blocks of device-side lengths,
 //    so it checks only index.rows >= 0; a row at or past index.rows reads as empty and is reported
-//    (bad_count).
+//    (bad_count). The index is a device_block_table, a device_block_csr, or device_head_shared of
+//    one (one row per query block that every index head reads: row r reads row r / index_heads).
 //  - Ids per row: run(a, ...) sizes the grid for selected_bound(a.index) ids per row (a block_table's
 //    width, a block_csr's capacity, both capped by max_kv_blocks); run(a, max_selected_blocks, ...)
 //    takes a tighter bound (a CSR whose rows hold at most k ids). A row with more ids than the bound
@@ -89,6 +90,10 @@ struct decode {
   }
   [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_block_csr& index) noexcept {
     return index.capacity > INT32_MAX ? INT32_MAX : static_cast<std::int32_t>(index.capacity);
+  }
+  template <class Stored>
+  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_head_shared<Stored>& index) noexcept {
+    return selected_bound(index.shared);
   }
 
   // CTAs the automatic chunk aims at (about one wave at one CTA per SM on an H100/H200), and the
@@ -176,17 +181,17 @@ struct decode {
     static_assert(skim::cuda::is_device_element_v<TKV>, "cuda::decode: K/V must be skim::bfloat16 or skim::half");
     static_assert(skim::cuda::is_device_element_v<TO> || std::is_same_v<TO, float>,
                   "cuda::decode: O must be skim::bfloat16, skim::half or float");
-    static_assert(skim::cuda::is_stored_device_index_v<Index>, "cuda::decode: the index must be device_block_table or "
-                                                        "device_block_csr");
+    static_assert(skim::cuda::is_decode_device_index_v<Index>, "cuda::decode: the index must be device_block_table, "
+                                                        "device_block_csr or device_head_shared of one");
     const skim::cuda::device_problem& p = a.prob;
     SKIM_TRY(skim::cuda::check_args(a));
     SKIM_TRY(can_implement(p));
     if (max_selected_blocks < 0) {
       return status::error(status_code::invalid_argument, "cuda::decode: max_selected_blocks %d < 0", max_selected_blocks);
     }
-    if (a.index.rows < 0) {
+    if (stored_rows(a.index) < 0) {
       return status::error(status_code::invalid_argument, "cuda::decode: index rows %lld < 0",
-                           static_cast<long long>(a.index.rows));
+                           static_cast<long long>(stored_rows(a.index)));
     }
     SKIM_TRY(check_alignment(a.kv));
     const std::size_t need = workspace_bytes(p, max_selected_blocks);
@@ -242,6 +247,16 @@ struct decode {
   }
 
  private:
+  // Rows the index stores (a shared index: its shared rows).
+  template <class Stored>
+  [[nodiscard]] static std::int64_t stored_rows(const Stored& index) noexcept {
+    return index.rows;
+  }
+  template <class Stored>
+  [[nodiscard]] static std::int64_t stored_rows(const skim::cuda::device_head_shared<Stored>& index) noexcept {
+    return index.shared.rows;
+  }
+
   // Whether run() launches the tensor-core split kernel: `kernel`, resolved for Q/K/V types TQ, TKV
   // and the current device (host queries, allowed during graph capture): sm_80 or later with `smem`
   // bytes of shared memory per block (an H100/H200 has them; an A100 does not). tensor_cores where

@@ -9,6 +9,7 @@
 //   device_sliding_window  the newest `blocks` visible blocks (index::sliding_window)
 //   device_union<A, B>     A ∪ B, merged on the fly          (index::block_union; make_device_union
 //                          nests it for more parts: table ∪ sink ∪ window)
+//   device_head_shared<I>  one row per query block, read by every index head (index::head_shared)
 // Rows are numbered as on the CPU: row = (q_block_offset(b) + i) · index_heads + h.
 //
 // One read interface, a cursor (the device counterpart of skim::block_cursor):
@@ -310,6 +311,41 @@ template <class A, class B, class C, class... Rest>
 }
 
 // ---------------------------------------------------------------------------------------------
+// One selection for every index head (index::head_shared's device form)
+
+// `shared` holds one row per query block, laid out for index::head_shared::shared_problem(p) (row
+// q_block_offset(b) + i); row r of the problem, (q_block_offset(b) + i) · index_heads + h, reads its
+// row r / index_heads, whatever h. What sparse_attention::share_heads selects on the CPU, read on the
+// GPU without copying the row once per head. index_heads must be the problem's index_heads()
+// (check_args reports a mismatch).
+template <class Index>
+struct device_head_shared {
+  Index shared;
+  std::int32_t index_heads = 1;
+
+  // The shared row of problem row r (-1, no row, for a negative r).
+  [[nodiscard]] SKIM_HOST_DEVICE SKIM_FORCEINLINE std::int64_t shared_row(std::int64_t r) const noexcept {
+    return r < 0 || index_heads <= 0 ? -1 : r / index_heads;
+  }
+  // Stored forms only (decode addresses a row's ids by position).
+  [[nodiscard]] __device__ __forceinline__ device_block_table::span row(std::int64_t r) const noexcept {
+    return shared.row(shared_row(r));
+  }
+  [[nodiscard]] __device__ __forceinline__ device_cursor_t<Index> cursor(std::int64_t r,
+                                                                       const device_row& g) const noexcept {
+    return shared.cursor(shared_row(r), g);
+  }
+  [[nodiscard]] status validate() const noexcept {
+    if (index_heads < 1) {
+      return status::error(status_code::invalid_argument, "head_shared index_heads %d < 1", index_heads);
+    }
+    const status s = shared.validate();
+    if (!s.ok()) return status::error(s.code(), "head_shared: %s", s.message());
+    return status::success();
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Traits
 
 // An index a kernel can read through cursor(row, geometry) (requirements listed at the top):
@@ -327,7 +363,15 @@ template <class I>
 inline constexpr bool is_stored_device_index_v =
     std::is_same_v<I, device_block_table> || std::is_same_v<I, device_block_csr>;
 
-// Every device index: stored forms, implicit rules and unions of them (what prefill takes).
+// What decode takes: the stored forms, and a stored form shared by the index heads.
+template <class I>
+inline constexpr bool is_shared_stored_device_index_v = false;
+template <class I>
+inline constexpr bool is_shared_stored_device_index_v<device_head_shared<I>> = is_stored_device_index_v<I>;
+template <class I>
+inline constexpr bool is_decode_device_index_v = is_stored_device_index_v<I> || is_shared_stored_device_index_v<I>;
+
+// Every device index: stored forms, implicit rules, unions and shared rows of them (what prefill takes).
 template <class I>
 inline constexpr bool is_device_index_v = device_block_index<I>;
 
@@ -337,5 +381,6 @@ static_assert(device_block_index<device_causal_all>);
 static_assert(device_block_index<device_sink>);
 static_assert(device_block_index<device_sliding_window>);
 static_assert(device_block_index<device_union<device_block_table, device_union<device_sink, device_sliding_window>>>);
+static_assert(device_block_index<device_head_shared<device_block_table>>);
 
 }  // namespace skim::cuda
