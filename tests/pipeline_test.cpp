@@ -2,7 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -122,8 +124,10 @@ TEST_CASE("pipeline: the selected table is the router's scores through the selec
 
 TEST_CASE("pipeline: share_heads selects once per query block on the heads' pooled scores") {
   for_each_trial(true, [](const case_spec& spec, const random_case<float, float>& c, const problem& p,
-                          const max_bound_topk& s) {
+                          max_bound_topk s) {
     REQUIRE(s.selected_rows(p) == p.total_q_blocks());
+    s.pool = spec.head_dim % 2 == 0 ? head_pool::relative : head_pool::max;  // both, over the trials
+    INFO((s.pool == head_pool::relative ? "relative pool" : "max pool"));
 
     pipeline_buffers buf(s, p);
     output<float> o(spec, c.tokens_q());
@@ -137,15 +141,24 @@ TEST_CASE("pipeline: share_heads selects once per query block on the heads' pool
       CHECK(counter.stop() == 0);
       REQUIRE_MESSAGE(st.ok(), std::string(st.message()));
 
-      // By hand: every row's scores, the maximum over each query block's heads, one selection each.
+      // By hand: every row's scores (relative: less the row's best finite one), the maximum over each
+      // query block's heads, one selection each.
       const std::int32_t stride = p.max_kv_blocks();
       std::vector<float> scores(static_cast<std::size_t>(p.index_rows() * stride));
       aligned_workspace rws(s.router.workspace_bytes(p));
       REQUIRE(s.router.score<summarize::max_bound>(p, c.q_view(), buf.summaries, scores, rws.bytes).ok());
       std::vector<float> pooled(static_cast<std::size_t>(p.total_q_blocks() * stride), 0.0f);
       REQUIRE(for_each_row(p, [&](const row_info& r) {
+                const auto first = scores.begin() + r.row * stride;
+                float best = 0.0f;
+                if (s.pool == head_pool::relative) {
+                  std::vector<float> finite;
+                  std::copy_if(first, first + r.visible_blocks, std::back_inserter(finite),
+                               [](float x) { return std::isfinite(x); });
+                  if (!finite.empty()) best = *std::max_element(finite.begin(), finite.end());
+                }
                 for (std::int32_t j = 0; j < r.visible_blocks; ++j) {
-                  const float x = scores[static_cast<std::size_t>(r.row * stride + j)];
+                  const float x = scores[static_cast<std::size_t>(r.row * stride + j)] - best;
                   float& m = pooled[static_cast<std::size_t>(r.row / p.index_heads() * stride + j)];
                   m = r.head == 0 || x > m || std::isnan(m) ? x : m;
                 }

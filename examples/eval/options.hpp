@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "skim/core/problem.hpp"
+#include "skim/pipeline.hpp"
 #include "skim/route/pooled_router.hpp"
 #include "skim/select/threshold.hpp"
 
@@ -59,6 +60,7 @@ struct config {
   skim::route::group_reduce reduce = skim::route::group_reduce::max;
   skim::index_scope scope = skim::index_scope::kv_head;
   bool share = false;          // one selection per query block for all its heads (sparse_attention::share_heads)
+  skim::head_pool share_pool = skim::head_pool::relative;  // share=1: relative; share=max: the raw maximum
 
   [[nodiscard]] std::int32_t block_q() const noexcept { return bq > 0 ? bq : block; }
 };
@@ -97,7 +99,8 @@ inline constexpr std::string_view usage_text =
     "  sink=N local=N recency=0|1 importance=S   reserved branches; importance ranks by the dense\n"
     "              attention mass of each block (an oracle prior)\n"
     "  pool=last|mean|max reduce=max|mean|sum scope=kv|query   router and index heads\n"
-    "  share=0|1   one selection per query block for all its heads (the heads' scores pooled by max)\n";
+    "  share=0|1|max  one selection per query block for all its heads: 1 pools the heads' scores by\n"
+    "              their maximum after each head's less its best block's, max by the raw maximum\n";
 
 namespace detail {
 
@@ -255,9 +258,10 @@ inline constexpr std::string_view config_keys =
       else if (value == "query") c.scope = skim::index_scope::query_head;
       else return where + "unknown scope " + quote(value) + " (kv, query)";
     } else if (key == "share") {
-      if (value == "1" || value == "true") c.share = true;
+      if (value == "1" || value == "true") c.share = true, c.share_pool = skim::head_pool::relative;
+      else if (value == "max") c.share = true, c.share_pool = skim::head_pool::max;
       else if (value == "0" || value == "false") c.share = false;
-      else return where + "share " + quote(value) + " is not 0 or 1";
+      else return where + "share " + quote(value) + " is not 0, 1 or max";
     } else {
       return where + "unknown key " + quote(key) + " (" + std::string(config_keys) + ")";
     }

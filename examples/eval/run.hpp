@@ -315,7 +315,8 @@ template <class Summarizer>
     const pipeline pipe{.router = router,
                         .selector = {.sink = c.sink, .local = c.local, .recency = c.recency,
                                      .importance = c.importance, .dynamic = {.k = out.dynamic_k}},
-                        .share_heads = c.share};
+                        .share_heads = c.share,
+                        .pool = c.share_pool};
     return evaluate(in, o, pipe, out);
   }
   using pipeline = skim::sparse_attention<Summarizer, skim::route::pooled_router, sel::reserved<sel::threshold>,
@@ -324,7 +325,8 @@ template <class Summarizer>
                       .selector = {.sink = c.sink, .local = c.local, .recency = c.recency, .importance = c.importance,
                                    .dynamic = {.mode = c.mode, .tau = c.tau.value_or(0.0f), .k_min = c.k_min,
                                                .k_max = c.k_max}},
-                      .share_heads = c.share};
+                      .share_heads = c.share,
+                      .pool = c.share_pool};
   return evaluate(in, o, pipe, out);
 }
 

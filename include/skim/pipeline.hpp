@@ -23,16 +23,21 @@
 // [rows, blocks] matrix), so prefill at long context needs O(max_kv_blocks) scratch for them.
 //
 // share_heads: one selection per query block for all its index heads instead of one per head. The
-// heads' scores are pooled by their maximum (a block any head rates high stays a candidate), the
-// selector chooses once per query block into a table of total_q_blocks() rows, and the executor
+// heads' scores are pooled by their maximum (a block any head rates high stays a candidate), by
+// default after each head's scores are taken relative to its own best block (head_pool::relative:
+// heads whose scores differ in scale get their best blocks alike; with the raw maximum a loud head
+// takes the budget), the selector chooses once per query block into a table of total_q_blocks() rows,
+// and the executor
 // reads it through index::head_shared: exec::simd then runs decode rows fused and reads token-major
 // K/V rows whole (docs/performance.md). Every head attends over the same blocks: fewer distinct
 // bytes, less per-head fit. A selector prior is per head, so share_heads takes none.
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "skim/concepts/block_index.hpp"
@@ -86,12 +91,19 @@ struct pipeline_args {
   index::mutable_block_table selected{};            // [selected_rows, table_width] ids + counts: out
 };
 
+// How share_heads pools the scores of a query block's heads into the row it selects from.
+enum class head_pool : std::uint8_t {
+  relative,  // max over heads of (score − the head's best score in the row): scores ≤ 0, each head's best at 0
+  max,       // max over heads of the raw scores
+};
+
 template <summarizer Summarizer, class Router, selector Selector, class Executor>
 struct sparse_attention {
   Router router{};
   Selector selector{};
   Executor executor{};
-  bool share_heads = false;  // one selection per query block for all its heads (see the header)
+  bool share_heads = false;                 // one selection per query block for all its heads (see the header)
+  head_pool pool = head_pool::relative;     // with share_heads: how the heads' scores are pooled
 
   // Floats of the batch's block summaries.
   [[nodiscard]] std::int64_t summary_floats(const problem& p) const noexcept {
@@ -166,9 +178,11 @@ struct sparse_attention {
       std::span<const float> chosen_from = scores;
       if (share_heads) {  // pool the query block's heads (rows h = 0 .. index_heads - 1 come in order)
         const auto visible = static_cast<std::size_t>(r.visible_blocks);
+        const float best = pool == head_pool::relative ? best_score(scores.first(visible)) : 0.0f;
         for (std::size_t j = 0; j < visible; ++j) {
+          const float x = scores[j] - best;
           // A NaN score loses to any other (selectors rank NaN last) and never hides one.
-          pooled[j] = r.head == 0 || scores[j] > pooled[j] || pooled[j] != pooled[j] ? scores[j] : pooled[j];
+          pooled[j] = r.head == 0 || x > pooled[j] || pooled[j] != pooled[j] ? x : pooled[j];
         }
         if (r.head + 1 < p.index_heads()) {
           t.score += seconds(ts, clock::now());
@@ -213,6 +227,13 @@ struct sparse_attention {
   }
 
  private:
+  // The row's largest finite score (head_pool::relative subtracts it); 0 when it has none.
+  [[nodiscard]] static float best_score(std::span<const float> scores) noexcept {
+    float best = -std::numeric_limits<float>::infinity();
+    for (const float x : scores) best = std::isfinite(x) && x > best ? x : best;
+    return std::isfinite(best) ? best : 0.0f;
+  }
+
   [[nodiscard]] static double seconds(std::chrono::steady_clock::time_point a,
                                       std::chrono::steady_clock::time_point b) noexcept {
     return std::chrono::duration<double>(b - a).count();

@@ -117,6 +117,9 @@ TEST_CASE("skim-eval options: good configuration specs") {
     CHECK(c.scope == skim::index_scope::query_head);
     CHECK(!c.share);
     CHECK(parsed("k=8,share=1").share);
+    CHECK(parsed("k=8,share=1").share_pool == skim::head_pool::relative);
+    CHECK(parsed("k=8,share=max").share);
+    CHECK(parsed("k=8,share=max").share_pool == skim::head_pool::max);
   }
   SUBCASE("threshold") {
     const config c = parsed("summarizer=multi_centroid,centroids=4,select=threshold,mode=mass,tau=0.9,k_min=1,k_max=6");
@@ -172,7 +175,7 @@ TEST_CASE("skim-eval options: each bad spec names its problem") {
   CHECK(config_error("k=1,pool=min") == "--config 'k=1,pool=min': unknown pool 'min' (last, mean, max)");
   CHECK(config_error("k=1,reduce=min") == "--config 'k=1,reduce=min': unknown reduce 'min' (max, mean, sum)");
   CHECK(config_error("k=1,scope=all") == "--config 'k=1,scope=all': unknown scope 'all' (kv, query)");
-  CHECK(config_error("k=1,share=2") == "--config 'k=1,share=2': share '2' is not 0 or 1");
+  CHECK(config_error("k=1,share=2") == "--config 'k=1,share=2': share '2' is not 0, 1 or max");
   CHECK(config_error("k=1,importance=0.5,share=1") ==
         "--config 'k=1,importance=0.5,share=1': share=1 takes no importance (its prior is per index head)");
 }

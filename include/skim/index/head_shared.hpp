@@ -11,7 +11,8 @@
 // query block's kv heads in one work item and reads the token rows whole, as dense decode does
 // (docs/performance.md, density crossover). The price is in quality: every head attends over the
 // same blocks, so route each query block once on its heads' pooled scores (sparse_attention's
-// share_heads pools them by their maximum).
+// share_heads pools them by their maximum, by default after each head's scores are taken relative to
+// its own best block: head_pool::relative).
 
 #include <cstdint>
 
