@@ -25,12 +25,12 @@
 // share_heads: one selection per query block for all its index heads instead of one per head. The
 // heads' scores are pooled by their maximum (a block any head rates high stays a candidate), by
 // default after each head's scores are taken relative to its own best block (head_pool::relative:
-// heads whose scores differ in scale get their best blocks alike; with the raw maximum a loud head
-// takes the budget), the selector chooses once per query block into a table of total_q_blocks() rows,
-// and the executor
-// reads it through index::head_shared: exec::simd then runs decode rows fused and reads token-major
-// K/V rows whole (docs/performance.md). Every head attends over the same blocks: fewer distinct
-// bytes, less per-head fit. A selector prior is per head, so share_heads takes none.
+// heads whose scores differ in scale get their best blocks alike, where with the raw maximum a loud
+// head takes the budget; a threshold selector then compares tau with scores <= 0). The selector
+// chooses once per query block into a table of total_q_blocks() rows, and the executor reads it
+// through index::head_shared: exec::simd then runs decode rows fused and reads token-major K/V rows
+// whole (docs/performance.md). Every head attends over the same blocks: fewer distinct bytes, less
+// per-head fit. A selector prior is per head, so share_heads takes none.
 
 #include <algorithm>
 #include <chrono>
