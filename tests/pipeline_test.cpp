@@ -15,6 +15,7 @@
 #include "skim/route/pooled_router.hpp"
 #include "skim/select/reserved.hpp"
 #include "skim/select/select_all.hpp"
+#include "skim/select/threshold.hpp"
 #include "skim/select/top_k.hpp"
 #include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"
@@ -122,74 +123,113 @@ TEST_CASE("pipeline: the selected table is the router's scores through the selec
   });
 }
 
+namespace {
+
+// share_heads: the run's selection equals the stages done by hand (every row's scores, relative to
+// the row's best finite score under head_pool::relative, the maximum over each query block's heads,
+// one selection each on the shared problem), its O the reference's over that selection, and a prior
+// is refused.
+template <class Pipeline>
+void check_share_heads(const case_spec& spec, const random_case<float, float>& c, const problem& p,
+                       const Pipeline& s) {
+  REQUIRE(s.selected_rows(p) == p.total_q_blocks());
+  INFO((s.pool == head_pool::relative ? "relative pool" : "max pool"));
+
+  pipeline_buffers buf(s, p);
+  output<float> o(spec, c.tokens_q());
+  c.with_kv([&](const auto& kv) {
+    using kv_t = std::remove_cvref_t<decltype(kv)>;
+    const pipeline_args<float, kv_t, float> a{
+        .prob = p, .q = c.q_view(), .kv = kv, .o = o.view, .lse = o.lse, .summaries = buf.summaries,
+        .mode = summaries_mode::build, .selected = buf.table()};
+    allocation_counter counter;
+    const status st = s.run(a, buf.ws.bytes);
+    CHECK(counter.stop() == 0);
+    REQUIRE_MESSAGE(st.ok(), std::string(st.message()));
+
+    // By hand: every row's scores (relative: less the row's best finite one), the maximum over each
+    // query block's heads, one selection each.
+    const std::int32_t stride = p.max_kv_blocks();
+    std::vector<float> scores(static_cast<std::size_t>(p.index_rows() * stride));
+    aligned_workspace rws(s.router.workspace_bytes(p));
+    REQUIRE(s.router.template score<summarize::max_bound>(p, c.q_view(), buf.summaries, scores, rws.bytes).ok());
+    std::vector<float> pooled(static_cast<std::size_t>(p.total_q_blocks() * stride), 0.0f);
+    REQUIRE(for_each_row(p, [&](const row_info& r) {
+              const auto first = scores.begin() + r.row * stride;
+              float best = 0.0f;
+              if (s.pool == head_pool::relative) {
+                std::vector<float> finite;
+                std::copy_if(first, first + r.visible_blocks, std::back_inserter(finite),
+                             [](float x) { return std::isfinite(x); });
+                if (!finite.empty()) best = *std::max_element(finite.begin(), finite.end());
+              }
+              for (std::int32_t j = 0; j < r.visible_blocks; ++j) {
+                const float x = scores[static_cast<std::size_t>(r.row * stride + j)] - best;
+                float& m = pooled[static_cast<std::size_t>(r.row / p.index_heads() * stride + j)];
+                m = r.head == 0 || x > m || std::isnan(m) ? x : m;
+              }
+            }).ok());
+    using shared = index::head_shared<index::block_table>;
+    const problem one = shared::shared_problem(p);
+    std::vector<std::int32_t> ids(buf.ids.size()), count(buf.count.size());
+    aligned_workspace selws(select::workspace_bytes(s.selector, one));
+    const index::mutable_block_table want{.ids = ids, .count = count, .width = buf.width};
+    REQUIRE(select::select_all(s.selector, one, {.scores = pooled, .score_stride = stride}, want, selws.bytes).ok());
+    CHECK(count == buf.count);
+    CHECK(ids == buf.ids);
+
+    // O against the reference, every head over its query block's row.
+    output<float> ref(spec, c.tokens_q());
+    const attention_args<float, kv_t, shared, float> ra{
+        .prob = p, .q = c.q_view(), .kv = kv,
+        .index = shared{.rows = index::block_table(buf.table()), .index_heads = p.index_heads()}, .o = ref.view,
+        .lse = ref.lse};
+    REQUIRE(exec::reference{}.run(ra, {}).ok());
+    check(compare(p, o.view, ref.view, std::span<const float>(o.lse), std::span<const float>(ref.lse),
+                  output_tolerance<float>));
+
+    // A prior is per index head: share_heads refuses one.
+    if (p.index_rows() * stride > 0) {
+      std::vector<float> prior(static_cast<std::size_t>(p.index_rows() * stride), 0.0f);
+      auto with_prior = a;
+      with_prior.prior = prior;
+      CHECK(s.run(with_prior, buf.ws.bytes).code() == status_code::unsupported);
+    }
+  });
+}
+
+}  // namespace
+
 TEST_CASE("pipeline: share_heads selects once per query block on the heads' pooled scores") {
   for_each_trial(true, [](const case_spec& spec, const random_case<float, float>& c, const problem& p,
                           max_bound_topk s) {
-    REQUIRE(s.selected_rows(p) == p.total_q_blocks());
     s.pool = spec.head_dim % 2 == 0 ? head_pool::relative : head_pool::max;  // both, over the trials
-    INFO((s.pool == head_pool::relative ? "relative pool" : "max pool"));
+    check_share_heads(spec, c, p, s);
+  });
+}
 
-    pipeline_buffers buf(s, p);
-    output<float> o(spec, c.tokens_q());
-    c.with_kv([&](const auto& kv) {
-      using kv_t = std::remove_cvref_t<decltype(kv)>;
-      const pipeline_args<float, kv_t, float> a{
-          .prob = p, .q = c.q_view(), .kv = kv, .o = o.view, .lse = o.lse, .summaries = buf.summaries,
-          .mode = summaries_mode::build, .selected = buf.table()};
-      allocation_counter counter;
-      const status st = s.run(a, buf.ws.bytes);
-      CHECK(counter.stop() == 0);
-      REQUIRE_MESSAGE(st.ok(), std::string(st.message()));
-
-      // By hand: every row's scores (relative: less the row's best finite one), the maximum over each
-      // query block's heads, one selection each.
-      const std::int32_t stride = p.max_kv_blocks();
-      std::vector<float> scores(static_cast<std::size_t>(p.index_rows() * stride));
-      aligned_workspace rws(s.router.workspace_bytes(p));
-      REQUIRE(s.router.score<summarize::max_bound>(p, c.q_view(), buf.summaries, scores, rws.bytes).ok());
-      std::vector<float> pooled(static_cast<std::size_t>(p.total_q_blocks() * stride), 0.0f);
-      REQUIRE(for_each_row(p, [&](const row_info& r) {
-                const auto first = scores.begin() + r.row * stride;
-                float best = 0.0f;
-                if (s.pool == head_pool::relative) {
-                  std::vector<float> finite;
-                  std::copy_if(first, first + r.visible_blocks, std::back_inserter(finite),
-                               [](float x) { return std::isfinite(x); });
-                  if (!finite.empty()) best = *std::max_element(finite.begin(), finite.end());
-                }
-                for (std::int32_t j = 0; j < r.visible_blocks; ++j) {
-                  const float x = scores[static_cast<std::size_t>(r.row * stride + j)] - best;
-                  float& m = pooled[static_cast<std::size_t>(r.row / p.index_heads() * stride + j)];
-                  m = r.head == 0 || x > m || std::isnan(m) ? x : m;
-                }
-              }).ok());
-      using shared = index::head_shared<index::block_table>;
-      const problem one = shared::shared_problem(p);
-      std::vector<std::int32_t> ids(buf.ids.size()), count(buf.count.size());
-      aligned_workspace selws(select::workspace_bytes(s.selector, one));
-      const index::mutable_block_table want{.ids = ids, .count = count, .width = buf.width};
-      REQUIRE(select::select_all(s.selector, one, {.scores = pooled, .score_stride = stride}, want, selws.bytes).ok());
-      CHECK(count == buf.count);
-      CHECK(ids == buf.ids);
-
-      // O against the reference, every head over its query block's row.
-      output<float> ref(spec, c.tokens_q());
-      const attention_args<float, kv_t, shared, float> ra{
-          .prob = p, .q = c.q_view(), .kv = kv,
-          .index = shared{.rows = index::block_table(buf.table()), .index_heads = p.index_heads()}, .o = ref.view,
-          .lse = ref.lse};
-      REQUIRE(exec::reference{}.run(ra, {}).ok());
-      check(compare(p, o.view, ref.view, std::span<const float>(o.lse), std::span<const float>(ref.lse),
-                    output_tolerance<float>));
-
-      // A prior is per index head: share_heads refuses one.
-      if (p.index_rows() * stride > 0) {
-        std::vector<float> prior(static_cast<std::size_t>(p.index_rows() * stride), 0.0f);
-        auto with_prior = a;
-        with_prior.prior = prior;
-        CHECK(s.run(with_prior, buf.ws.bytes).code() == status_code::unsupported);
-      }
-    });
+TEST_CASE("pipeline: share_heads with a threshold selector (its tau against the pooled scores)") {
+  using max_bound_threshold =
+      sparse_attention<summarize::max_bound, route::pooled_router, select::reserved<select::threshold>, exec::scalar>;
+  std::mt19937 rng(std::random_device{}());
+  for_each_trial(true, [&](const case_spec& spec, const random_case<float, float>& c, const problem& p,
+                           const max_bound_topk& topk) {
+    max_bound_threshold s;
+    s.router = topk.router;
+    s.share_heads = true;
+    s.pool = chance(rng, 0.7) ? head_pool::relative : head_pool::max;
+    select::threshold t;
+    t.mode = pick(rng, {select::threshold_mode::absolute, select::threshold_mode::relative, select::threshold_mode::mass});
+    t.tau = t.mode == select::threshold_mode::mass ? 0.5f + 0.5f * static_cast<float>(uniform(rng, 0, 10)) / 10.0f
+                                                   : static_cast<float>(uniform(rng, 0, 30)) / 10.0f -
+                                                         (t.mode == select::threshold_mode::absolute ? 1.5f : 0.0f);
+    t.k_min = uniform(rng, 0, 2);
+    t.k_max = t.k_min + uniform(rng, 0, 4);
+    s.selector = {.sink = topk.selector.sink, .local = topk.selector.local, .recency = topk.selector.recency,
+                  .dynamic = t};
+    INFO("threshold mode ", static_cast<int>(t.mode), " tau ", t.tau, " k_min ", t.k_min, " k_max ", t.k_max);
+    REQUIRE(s.can_implement(p).ok());
+    check_share_heads(spec, c, p, s);
   });
 }
 
