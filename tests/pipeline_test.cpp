@@ -49,6 +49,14 @@ struct pipeline_buffers {
   [[nodiscard]] index::mutable_block_table table() { return {.ids = ids, .count = count, .width = width}; }
 };
 
+// The pipeline's arguments for case c on K/V source kv: O into o, summaries built, selection into buf.
+template <class KV, class Pipeline>
+[[nodiscard]] pipeline_args<float, KV, float> args_for(const problem& p, const random_case<float, float>& c,
+                                                       const KV& kv, output<float>& o, pipeline_buffers<Pipeline>& buf) {
+  return {.prob = p, .q = c.q_view(), .kv = kv, .o = o.view, .lse = o.lse, .summaries = buf.summaries,
+          .mode = summaries_mode::build, .selected = buf.table()};
+}
+
 max_bound_topk random_pipeline(std::mt19937& rng) {
   max_bound_topk s;
   s.router = {.pool = pick(rng, {route::query_pool::last, route::query_pool::mean, route::query_pool::max}),
@@ -86,9 +94,7 @@ TEST_CASE("pipeline: the selected table is the router's scores through the selec
     stage_times times;
     c.with_kv([&](const auto& kv) {
       using kv_t = std::remove_cvref_t<decltype(kv)>;
-      const pipeline_args<float, kv_t, float> a{
-          .prob = p, .q = c.q_view(), .kv = kv, .o = o.view, .lse = o.lse, .summaries = buf.summaries,
-          .mode = summaries_mode::build, .selected = buf.table()};
+      const auto a = args_for(p, c, kv, o, buf);
       allocation_counter counter;
       const status st = s.run(a, buf.ws.bytes, &times);
       CHECK(counter.stop() == 0);  // summarize, score, select and execute allocate nothing
@@ -139,9 +145,7 @@ void check_share_heads(const case_spec& spec, const random_case<float, float>& c
   output<float> o(spec, c.tokens_q());
   c.with_kv([&](const auto& kv) {
     using kv_t = std::remove_cvref_t<decltype(kv)>;
-    const pipeline_args<float, kv_t, float> a{
-        .prob = p, .q = c.q_view(), .kv = kv, .o = o.view, .lse = o.lse, .summaries = buf.summaries,
-        .mode = summaries_mode::build, .selected = buf.table()};
+    const auto a = args_for(p, c, kv, o, buf);
     allocation_counter counter;
     const status st = s.run(a, buf.ws.bytes);
     CHECK(counter.stop() == 0);
