@@ -406,12 +406,7 @@ template <class TQ, class KV, class Index, class TO>
   SKIM_TRY(validate(a.kv, a.prob));
   SKIM_TRY(a.index.validate());  // its scalars are checked even with no sequence (a negative sink)
   const auto& p = a.prob;
-  if constexpr (requires { a.index.index_heads; }) {  // device_head_shared: its rows are laid out for p
-    if (a.index.index_heads != p.index_heads()) {
-      return status::error(status_code::shape_mismatch, "head_shared index_heads %d, the problem has %d index heads",
-                           a.index.index_heads, p.index_heads());
-    }
-  }
+  SKIM_TRY(check_index_heads(a.index, p.index_heads()));  // a shared row per query block is laid out for p
   if (p.batch == 0) return status::success();
   for (auto [data, ts, hs, name] : {std::tuple{static_cast<const void*>(a.q.data), a.q.token_stride, a.q.head_stride, "Q"},
                                     std::tuple{static_cast<const void*>(a.o.data), a.o.token_stride, a.o.head_stride, "O"}}) {

@@ -317,7 +317,7 @@ template <class A, class B, class C, class... Rest>
 // q_block_offset(b) + i); row r of the problem, (q_block_offset(b) + i) · index_heads + h, reads its
 // row r / index_heads, whatever h. What sparse_attention::share_heads selects on the CPU, read on the
 // GPU without copying the row once per head. index_heads must be the problem's index_heads()
-// (check_args reports a mismatch).
+// (check_index_heads, called by check_args, reports a mismatch).
 template <class Index>
 struct device_head_shared {
   Index shared;
@@ -344,6 +344,27 @@ struct device_head_shared {
     return status::success();
   }
 };
+
+// Host check of an index against the problem it is read for, beyond validate()'s own scalars: every
+// device_head_shared in it, alone or inside a union, must have the problem's index heads (check_args
+// calls it with p.index_heads()). Other forms have nothing to check.
+template <class I>
+[[nodiscard]] inline status check_index_heads(const I&, std::int32_t) noexcept {
+  return status::success();
+}
+template <class I>
+[[nodiscard]] inline status check_index_heads(const device_head_shared<I>& x, std::int32_t index_heads) noexcept {
+  if (x.index_heads != index_heads) {
+    return status::error(status_code::shape_mismatch, "head_shared index_heads %d, the problem has %d index heads",
+                         x.index_heads, index_heads);
+  }
+  return status::success();
+}
+template <class A, class B>
+[[nodiscard]] inline status check_index_heads(const device_union<A, B>& x, std::int32_t index_heads) noexcept {
+  SKIM_TRY(check_index_heads(x.a, index_heads));
+  return check_index_heads(x.b, index_heads);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Traits
