@@ -260,4 +260,12 @@ TEST_CASE("device index traits and host checks") {
   st = sc::make_device_union(sc::device_block_table{.width = -1}, sc::device_sink{2}).validate();
   CHECK(std::string(st.message()) == "union part 0: block_table width -1 < 0");
   CHECK(sc::make_device_union(sc::device_causal_all{}, sc::device_sink{}).validate().ok());
+
+  // A shared row per query block is laid out for the problem's index heads, alone or in a union.
+  const sc::device_head_shared<sc::device_block_table> shared{.index_heads = 4};
+  CHECK(sc::check_index_heads(shared, 4).ok());
+  CHECK(sc::check_index_heads(sc::device_sink{1}, 4).ok());
+  st = sc::check_index_heads(sc::make_device_union(sc::device_sink{1}, shared), 2);
+  CHECK(st.code() == status_code::shape_mismatch);
+  CHECK(std::string(st.message()) == "head_shared index_heads 4, the problem has 2 index heads");
 }
