@@ -12,7 +12,8 @@
 //           or token-major [tokens, heads_kv, dim]; printed as "layout")
 //           --sets 4 (index sets rotated between timed runs) --reps 50 --index-out FILE
 //   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
-//           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C
+//           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C (printed as
+//           "chunk_blocks": the executor's choice when 0) --cluster-merge 0|1 (decode::merge_in_cluster)
 //   prefill: --kernel mma|wgmma|auto (exec::cuda::prefill's kernel: mma.sync, wgmma on sm_90a, or
 //           the executor's choice, the default; printed as "kernel" in the JSON line)
 //
@@ -59,6 +60,7 @@ struct options {
   std::string mode;
   int batch = 1, n = 32768, heads_q = 32, heads_kv = 8, dim = 128, bq = 128, bk = 128, blocks = 16;
   int sets = 4, reps = 50, chunk_blocks = 0;
+  int cluster_merge = 1;  // decode, step: decode::merge_in_cluster
   int fuse_append = 1;  // step: append_newest folded into the router's score kernel (0: its own launch)
   std::string dtype = "bf16";
   std::string layout = "hnd";  // K/V: hnd (head-major) or nhd (token-major)
@@ -97,6 +99,7 @@ options parse(int argc, char** argv) {
     else if (k == "--kernel") o.kernel = v;
     else if (k == "--layout") o.layout = v;
     else if (k == "--fuse-append") o.fuse_append = std::atoi(v);
+    else if (k == "--cluster-merge") o.cluster_merge = std::atoi(v);
     else if (k == "--index-out") o.index_out = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -287,6 +290,7 @@ int run_decode(const options& o) {
   skim::exec::cuda::decode exec;
   if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
   exec.kernel = decode_kernel_of(o);
+  exec.merge_in_cluster = o.cluster_merge != 0;
   BENCH_STATUS(exec.can_implement(p));
   const std::size_t ws_bytes = exec.workspace_bytes(p, width);
   device_array<std::byte> ws(ws_bytes);
@@ -304,9 +308,9 @@ int run_decode(const options& o) {
   const double bytes = 2.0 * double(rows) * width * o.bk * o.dim * sizeof(T);
   std::printf("{\"bench\": \"decode\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
               "\"bytes\": %.0f, \"tb_per_s\": %.3f, \"graph_ms\": %.5f, \"graph_tb_per_s\": %.3f, \"kernel\": \"%s\", "
-              "\"layout\": \"%s\"}\n",
+              "\"layout\": \"%s\", \"chunk_blocks\": %d, \"cluster_merge\": %d}\n",
               o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9, graph_ms, bytes / graph_ms * 1e-9,
-              o.kernel.c_str(), o.layout.c_str());
+              o.kernel.c_str(), o.layout.c_str(), exec.chunk(p, width), o.cluster_merge);
   return 0;
 }
 
@@ -417,6 +421,7 @@ int run_step(const options& o) {
   skim::exec::cuda::decode exec;
   if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
   exec.kernel = decode_kernel_of(o);
+  exec.merge_in_cluster = o.cluster_merge != 0;
   BENCH_STATUS(exec.can_implement(p));
   const std::size_t ws_bytes = exec.workspace_bytes(p, width);
   device_array<std::byte> ws(ws_bytes);
@@ -499,9 +504,10 @@ int run_step(const options& o) {
   std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
               "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"graph_ms\": %.5f, "
               "\"graph_route_ms\": %.5f, \"graph_score_ms\": %.5f, \"kernel\": \"%s\", "
-              "\"layout\": \"%s\", \"fuse_append\": %d}\n",
+              "\"layout\": \"%s\", \"fuse_append\": %d, \"chunk_blocks\": %d, \"cluster_merge\": %d}\n",
               o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend),
-              g_step, g_route, g_score, o.kernel.c_str(), o.layout.c_str(), o.fuse_append);
+              g_step, g_route, g_score, o.kernel.c_str(), o.layout.c_str(), o.fuse_append, exec.chunk(p, width),
+              o.cluster_merge);
   for (auto& ev : e) cudaEventDestroy(ev);
   cudaGraphExecDestroy(graph_exec);
   cudaGraphDestroy(graph);

@@ -3,9 +3,9 @@
 // GQA groups 1/4/8, head_dim 64 and 128, block_kv 16..128, contiguous and paged K/V (page sizes unlike
 // block_kv), each token-major or head-major, kv-head and query-head index scope, block_table and block_csr, bf16 and fp16 inputs,
 // 16-bit and fp32 outputs, several splits per row (fixed and automatic chunk sizes; the merge by the
-// merge kernel, for up to hundreds of splits). Every case runs both split kernels (decode_kernel::
-// cuda_cores and tensor_cores; the latter rounds P to 16 bits, so its tolerance is prefill's: 2e-2
-// relative for bf16, 5e-3 for fp16). Also: bit-identical reruns (and automatic = tensor_cores),
+// merge kernel, for up to hundreds of splits, or in a cluster on sm_90+, bit for bit the same).
+// Every case runs both split kernels (decode_kernel::cuda_cores and tensor_cores; the latter rounds
+// P to 16 bits, so its tolerance is prefill's: 2e-2 relative for bf16, 5e-3 for fp16). Also: bit-identical reruns (and automatic = tensor_cores),
 // every output written (buffers start as NaN), the device error word for bad ids / order / counts /
 // pages, host errors.
 //
@@ -13,6 +13,7 @@
 #include "cuda/support.cuh"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -458,6 +459,60 @@ TEST_CASE("decode small head_shared: one row per query block reads as its ids st
     CHECK(st.code() == status_code::shape_mismatch);
     CHECK(std::string(st.message()).find("index_heads") != std::string::npos);
   }
+}
+
+// The cluster merge (sm_90+: a row's splits as one cluster, merged through distributed shared
+// memory) against the merge kernel: the same bits, for 1..8 splits per row (rows shorter than the
+// grid's splits, whose later splits exit at once), more than 8 (the merge kernel either way),
+// multi-pass units (64 rows), both split kernels, both sources, table and CSR.
+TEST_CASE("decode small cluster merge: the merge kernel's bits without its launch") {
+  int device = 0, major = 0;
+  SKIM_CUDA_REQUIRE(cudaGetDevice(&device));
+  SKIM_CUDA_REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  std::int32_t clustered = 0;
+  for (std::uint32_t seed = 80; seed < 86; ++seed) {
+    std::mt19937 rng(seed);
+    case_spec s = random_decode_spec(rng);
+    if (seed == 80) {  // 8 queries × GQA 8 per unit: 64 rows, several passes of each kernel
+      s.heads_kv = 1;
+      s.heads_q = 8;
+      s.block_q = 8;
+      s.seqs = {{8, 1500}, {5, 700}, {1, 90}};
+    }
+    const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
+    const host_index hi = random_index(c.prob(), rng, 20);
+    output<float> ref(c.spec, c.tokens_q());
+    reference_output(c, hi, ref);
+    tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
+    const device_index di(hi);
+    const sc::device_problem p = dc.prob(s);
+    decode dec;
+    const std::int32_t want_splits = std::array{2, 3, 8, 12, 2, 5}[seed - 80];  // 12: past a cluster
+    dec.chunk_blocks = std::max(1, (hi.width + want_splits - 1) / want_splits);
+    const std::int32_t splits = dec.splits(p, hi.width);
+    if (major >= 9 && splits >= 2 && splits <= decode::max_cluster_splits) ++clustered;
+    INFO("seed " << seed << ": " << s.describe() << ", chunk_blocks " << dec.chunk_blocks << ", splits " << splits);
+    for (const decode_kernel k : kernels) {
+      INFO("kernel " << kernel_name(k));
+      decode by_kernel = with_kernel(dec, k);
+      by_kernel.merge_in_cluster = false;
+      decode in_cluster = by_kernel;
+      in_cluster.merge_in_cluster = true;
+      with_kv(c, dc, [&](const auto& kv) {
+        const std::int64_t capacity = static_cast<std::int64_t>(hi.col_idx.size());
+        const auto want = run_decode<float>(by_kernel, dc, p, kv, di.table(), c.tokens_q());
+        CHECK(want.error == 0u);
+        check_against(s, want, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
+        for (const auto& got : {run_decode<float>(in_cluster, dc, p, kv, di.table(), c.tokens_q()),
+                                run_decode<float>(in_cluster, dc, p, kv, di.csr(capacity), c.tokens_q(), hi.width)}) {
+          CHECK(got.error == 0u);
+          CHECK(std::memcmp(got.o.data(), want.o.data(), want.o.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(got.lse.data(), want.lse.data(), want.lse.size() * sizeof(float)) == 0);
+        }
+      });
+    }
+  }
+  if (major >= 9) CHECK(clustered >= 4);  // the seeds above give clusters of 2..8 splits
 }
 
 TEST_CASE("decode deterministic: two runs give bit-identical O and lse, automatic = tensor_cores on sm_80+") {

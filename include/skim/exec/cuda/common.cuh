@@ -23,6 +23,7 @@
 #include <mutex>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "skim/core/dtypes.hpp"
 #include "skim/core/problem.hpp"
@@ -113,6 +114,75 @@ template <auto Kernel>
                                  return e;
                                }),
                where);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launches
+
+// How a kernel is launched beyond its grid, block and dynamic shared memory.
+struct launch_shape {
+  dim3 grid{1, 1, 1};
+  dim3 block{1, 1, 1};
+  std::size_t smem = 0;
+  unsigned cluster_x = 1;  // > 1: CTAs x·c .. x·c + c - 1 of a (y, z) are one thread block cluster (sm_90+)
+};
+
+// kernel(args...) on `stream` as `shape` says, by cudaLaunchKernelEx; `where` names it in errors.
+template <class... Params, class... Args>
+[[nodiscard]] inline status launch(void (*kernel)(Params...), const launch_shape& shape, cudaStream_t stream,
+                                   const char* where, Args&&... args) noexcept {
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = shape.cluster_x;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = shape.grid;
+  config.blockDim = shape.block;
+  config.dynamicSmemBytes = shape.smem;
+  config.stream = stream;
+  config.attrs = shape.cluster_x > 1 ? &cluster : nullptr;
+  config.numAttrs = shape.cluster_x > 1 ? 1 : 0;
+  SKIM_TRY(check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), where));
+  return check_launch(where);
+}
+
+// How many thread block clusters of shape.cluster_x CTAs of Kernel can run at once on the device
+// (cudaOccupancyMaxActiveClusters; 0 when none can), for cluster sizes up to 8. Queried once per
+// kernel and device, with the block and shared memory of the first call: a later call with other
+// sizes gets that answer (callers use it to choose between two correct launches, never for
+// correctness). @pre allow_dynamic_smem<Kernel> was called
+template <auto Kernel>
+[[nodiscard]] inline status max_active_clusters(const device_facts& d, const launch_shape& shape, int& out) noexcept {
+  constexpr unsigned max_size = 8;
+  out = 0;
+  if (shape.cluster_x < 1 || shape.cluster_x > max_size || d.major < 9) return status::success();
+  struct fits {
+    int clusters[max_size + 1] = {};
+  };
+  fits f;
+  SKIM_TRY(check(once_per_device(d.device, f,
+                                 [&shape](fits& r) {
+                                   for (unsigned c = 1; c <= max_size; ++c) {
+                                     cudaLaunchAttribute attr{};
+                                     attr.id = cudaLaunchAttributeClusterDimension;
+                                     attr.val.clusterDim.x = c;
+                                     attr.val.clusterDim.y = 1;
+                                     attr.val.clusterDim.z = 1;
+                                     cudaLaunchConfig_t config{};
+                                     config.gridDim = dim3(c, 1, 1);
+                                     config.blockDim = shape.block;
+                                     config.dynamicSmemBytes = shape.smem;
+                                     config.attrs = &attr;
+                                     config.numAttrs = 1;
+                                     const cudaError_t e = cudaOccupancyMaxActiveClusters(&r.clusters[c], Kernel, &config);
+                                     if (e != cudaSuccess) return e;
+                                   }
+                                   return cudaSuccess;
+                                 }),
+                 "cudaOccupancyMaxActiveClusters"));
+  out = f.clusters[shape.cluster_x];
+  return status::success();
 }
 
 // Bits of the device error word. Kernels OR them in with atomicOr; 0 means no bad content seen.

@@ -21,11 +21,15 @@
 //    of one type. P is rounded to that type before P·V (as in prefill), so O differs from the
 //    reference by about that rounding (tests: 2e-2 relative for bf16, 5e-3 for fp16).
 //  - decode_kernel::automatic (the default): tensor_cores where it applies, else cuda_cores.
-// Rows with more than one split write partials (m, l, unnormalised o, fp32) to the workspace and a
-// second kernel merges them by LSE in split order. The split structure depends on the index only
-// (never on the GPU or on timing), and every sum runs in a fixed order, so O and lse are
-// bit-identical run to run for a given kernel (automatic picks by the GPU's compute capability:
-// bit-identical across sm_80+ GPUs). Details: decode_simt.cuh, decode_mma.cuh.
+// Rows with more than one split merge the splits' partials (m, l, unnormalised o, fp32) by LSE in
+// split order: on sm_90 and later, with at most max_cluster_splits splits, the splits of a row run
+// as one thread block cluster and merge through distributed shared memory (merge_in_cluster);
+// otherwise they write partials to the workspace and a second kernel merges them. Both merges do
+// the same arithmetic (decode_common.cuh: merge_splits), so they give the same bits. The split
+// structure depends on the problem and the index only (never on the GPU or on timing), and every sum
+// runs in a fixed order, so O and lse are bit-identical run to run for a given kernel (automatic
+// picks by the GPU's compute capability: bit-identical across sm_80+ GPUs). Details:
+// decode_simt.cuh, decode_mma.cuh.
 //
 // Contracts
 //  - Types: Q and K/V skim::bfloat16 or skim::half (fp32 inside), O the same 16-bit types or float.
@@ -83,6 +87,12 @@ struct decode {
   std::int32_t max_queries = 8;
   // The split kernel (the merge kernel and the workspace are the same for both).
   decode_kernel kernel = decode_kernel::automatic;
+  // sm_90 and later: the splits of a row (2..max_cluster_splits of them) run as one thread block
+  // cluster and merge through distributed shared memory, with no merge launch and no workspace
+  // traffic; the same bits as the merge kernel (its arithmetic, in split order). false: always the
+  // merge kernel. The workspace is sized for the merge kernel either way.
+  bool merge_in_cluster = true;
+  static constexpr std::int32_t max_cluster_splits = 8;  // the portable cluster size
 
   // The ids-per-row bound run(a, workspace, ...) assumes for an index.
   [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_block_table& index) noexcept {
@@ -96,16 +106,17 @@ struct decode {
     return selected_bound(index.shared);
   }
 
-  // CTAs the automatic chunk aims at (about one wave at one CTA per SM on an H100/H200), and the
-  // fewest keys per split it takes. Constants: the split of a row never depends on the GPU.
-  // Rows are split only when their units alone fill less than half of that: a split costs partial
-  // writes and a merge launch, which at half a wave outweigh the CTAs they add (H200, 16 blocks of
-  // 128 per row: batch 8, 64 units: 29.8 us unsplit against 35.6 us in two splits; batch 2 and 4
-  // gain from splitting, batch 16 is unsplit either way; docs/performance.md).
-  static constexpr std::int32_t auto_target_ctas = 128;
-  static constexpr std::int32_t auto_min_keys = 512;
+  // CTAs the automatic chunk aims at, and the fewest keys per split it takes. Constants: the split of
+  // a row never depends on the GPU. Rows are split only when their units alone give fewer than
+  // auto_target_ctas CTAs. Measured on the H200 (16 blocks of 128 per row, graph launches; docs/
+  // performance.md): about half the SMs is best whether the splits merge in a cluster or by the
+  // merge kernel. With the cluster merge, units 8 / 16 / 32 (batch 1 / 2 / 4 at 8 kv heads) ran 9.2 /
+  // 13.2 / 16.0 us at 64 CTAs against 10.6 / 19.5 / 24.6 us at 128 CTAs (and 20.4 / 21.0 / 21.3 us
+  // unsplit); at 64 units two splits (128 CTAs) ran 24.0 us against 23.1 unsplit.
+  static constexpr std::int32_t auto_target_ctas = 64;
+  static constexpr std::int32_t auto_min_keys = 256;
 
-  // Blocks per split: chunk_blocks if set; else the bound (one split) when units ≥ auto_target_ctas / 2,
+  // Blocks per split: chunk_blocks if set; else the bound (one split) when units >= auto_target_ctas,
   // otherwise ceil(bound / ceil(auto_target_ctas / units)); at least auto_min_keys keys, at most
   // max_chunk_blocks.
   [[nodiscard]] std::int32_t chunk(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks) const noexcept {
@@ -113,7 +124,7 @@ struct decode {
     const std::int32_t bound = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
     if (bound <= 0 || p.block_kv <= 0) return 1;
     const std::int64_t units = static_cast<std::int64_t>(p.index_heads()) * p.batch * p.max_q_blocks();
-    const std::int64_t want = units <= 0 || 2 * units >= auto_target_ctas ? 1 : (auto_target_ctas + units - 1) / units;
+    const std::int64_t want = units <= 0 || units >= auto_target_ctas ? 1 : (auto_target_ctas + units - 1) / units;
     std::int64_t c = (bound + want - 1) / want;
     const std::int64_t min_blocks = (auto_min_keys + p.block_kv - 1) / p.block_kv;
     if (c < min_blocks) c = min_blocks;
@@ -217,27 +228,38 @@ struct decode {
     }
     const dim3 grid(static_cast<unsigned>(lp.splits), static_cast<unsigned>(p.index_heads()),
                     static_cast<unsigned>(p.batch * lp.q_blocks));
-    bool tensor_cores = false;
+    bool tensor_cores = false, cluster = false;
     const std::size_t mma_smem = decode_detail::mma::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
     SKIM_TRY((pick_kernel<TQ, TKV>(mma_smem, tensor_cores)));
-    if constexpr (std::is_same_v<TQ, TKV>) {
-      if (tensor_cores) {
-        namespace k = decode_detail::mma;
-        if (p.head_dim == 64) {
-          SKIM_TRY((launch_split<k::split_kernel<64, TQ, KV, Index, TO>>(grid, mma_smem, stream, a, lp)));
-        } else {
-          SKIM_TRY((launch_split<k::split_kernel<128, TQ, KV, Index, TO>>(grid, mma_smem, stream, a, lp)));
+    SKIM_TRY(pick_merge(lp.splits, cluster));
+    // The split kernel for InCluster; `launched` false when its clusters would not all run at once
+    // (then nothing was launched).
+    const auto launch = [&]<bool InCluster>(bool& launched) -> status {
+      if constexpr (std::is_same_v<TQ, TKV>) {
+        if (tensor_cores) {
+          namespace k = decode_detail::mma;
+          if (p.head_dim == 64) {
+            return launch_split<k::split_kernel<64, InCluster, TQ, KV, Index, TO>>(grid, mma_smem, stream, a, lp,
+                                                                                   InCluster, launched);
+          }
+          return launch_split<k::split_kernel<128, InCluster, TQ, KV, Index, TO>>(grid, mma_smem, stream, a, lp,
+                                                                                  InCluster, launched);
         }
       }
-    }
-    if (!tensor_cores) {
       const std::size_t smem = decode_detail::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
       if (p.head_dim == 64) {
-        SKIM_TRY((launch_split<decode_detail::split_kernel<64, TQ, KV, Index, TO>>(grid, smem, stream, a, lp)));
-      } else {
-        SKIM_TRY((launch_split<decode_detail::split_kernel<128, TQ, KV, Index, TO>>(grid, smem, stream, a, lp)));
+        return launch_split<decode_detail::split_kernel<64, InCluster, TQ, KV, Index, TO>>(grid, smem, stream, a, lp,
+                                                                                           InCluster, launched);
       }
+      return launch_split<decode_detail::split_kernel<128, InCluster, TQ, KV, Index, TO>>(grid, smem, stream, a, lp,
+                                                                                          InCluster, launched);
+    };
+    bool launched = false;
+    if (cluster) {
+      SKIM_TRY(launch.template operator()<true>(launched));
+      if (launched) return status::success();
     }
+    SKIM_TRY(launch.template operator()<false>(launched));
     if (lp.splits > 1) {
       decode_detail::merge_kernel<Index, TO><<<dim3(1, grid.y, grid.z), decode_detail::merge_threads, 0, stream>>>(
           p, a.index, a.o, a.lse, lp);
@@ -314,15 +336,39 @@ struct decode {
     return status::success();
   }
 
-  // Launches split kernel Kernel (its dynamic shared memory allowed once per device).
+  // Whether run() merges a row's `splits` splits in a thread block cluster (merge_in_cluster, sm_90
+  // or later, 2..max_cluster_splits splits) rather than by the merge kernel.
+  [[nodiscard]] status pick_merge(std::int32_t splits, bool& cluster) const noexcept {
+    cluster = false;
+    if (!merge_in_cluster || splits < 2 || splits > max_cluster_splits) return status::success();
+    skim::cuda::device_facts d;
+    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::decode: device attributes"));
+    cluster = d.major >= 9;
+    return status::success();
+  }
+
+  // Launches split kernel Kernel (its dynamic shared memory allowed once per device); with
+  // `cluster`, the CTAs of grid.x (a row's splits) as one thread block cluster, and only if all of
+  // the grid's clusters can run at once (else `launched` is false and nothing was launched: clusters
+  // in two waves ran slower than the merge kernel on the H200, docs/cuda.md).
   template <auto Kernel, class Args>
   [[nodiscard]] static status launch_split(dim3 grid, std::size_t smem, cudaStream_t stream, const Args& a,
-                                           const decode_detail::launch_params& lp) noexcept {
+                                           const decode_detail::launch_params& lp, bool cluster,
+                                           bool& launched) noexcept {
+    launched = false;
     skim::cuda::device_facts d;
     SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::decode: device attributes"));
     SKIM_TRY(skim::cuda::allow_dynamic_smem<Kernel>(d, "cudaFuncSetAttribute in skim::exec::cuda::decode"));
-    Kernel<<<grid, decode_detail::threads, smem, stream>>>(a, lp);
-    return skim::cuda::check_launch("skim::exec::cuda::decode");
+    const skim::cuda::launch_shape shape{.grid = grid, .block = dim3(decode_detail::threads), .smem = smem,
+                                         .cluster_x = cluster ? grid.x : 1u};
+    if (cluster) {
+      int fit = 0;
+      SKIM_TRY(skim::cuda::max_active_clusters<Kernel>(d, shape, fit));
+      if (static_cast<long long>(grid.y) * grid.z > fit) return status::success();
+    }
+    SKIM_TRY(skim::cuda::launch(Kernel, shape, stream, "skim::exec::cuda::decode (split kernel)", a, lp));
+    launched = true;
+    return status::success();
   }
 };
 

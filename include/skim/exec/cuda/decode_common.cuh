@@ -2,11 +2,15 @@
 // What both split kernels of skim::exec::cuda::decode share (decode.cuh holds the host API and the
 // contracts; decode_simt.cuh and decode_mma.cuh the two split kernels): launch parameters and
 // shared-memory sizes, the unit a CTA computes, the K/V row lookups, the chunk's id checks, the
-// epilogue's combine (write_rows) into O or a split partial, and the merge kernel.
+// epilogue's combine (write_rows) into O or a split partial, and the two ways a row's splits merge.
 //
-// merge_kernel: one CTA per unit whose row has more than one split; combines the partials in split
-// order (deterministic) and writes O and lse.
+// merge_kernel: one CTA per unit whose row has more than one split; combines the workspace's
+// partials in split order (deterministic) and writes O and lse.
+// finish_pass<true> (the cluster merge, sm_90+): the splits of a row run as one thread block cluster
+// and merge each pass's partials through distributed shared memory, with merge_kernel's arithmetic
+// (merge_splits): no second launch, no workspace traffic, the same bits.
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -54,7 +58,8 @@ struct geometry {
 inline constexpr std::size_t kv_uint4_per_warp = static_cast<std::size_t>(stages) * 2 * 2 * 2 * 32;
 inline constexpr std::size_t kv_bytes = warps * kv_uint4_per_warp * 16;
 inline constexpr std::size_t tok_bytes = static_cast<std::size_t>(warps) * stages * 2 * 32 * 4;
-static_assert(combine_rows * (128 + 2) * 4 <= kv_bytes, "the epilogue's states fit in the K/V buffers");
+static_assert(2 * combine_rows * (128 + 2) * 4 <= kv_bytes,
+              "the epilogue's states and a pass's partial (cluster merge) fit in the K/V buffers");
 static_assert(combine_rows == warps * rows_per_warp);
 
 [[nodiscard]] constexpr std::int32_t q_rows(std::int32_t unit_rows) noexcept {
@@ -286,17 +291,55 @@ __device__ __forceinline__ void check_ids(const device_problem& p, const unit& u
   }
 }
 
+// Output element (row, d) of unit u: O = o / l (0 when l = 0) and, for d = 0, lse = (mx + log2 l) ln 2
+// (-inf when l = 0), from a state in the log2 domain.
+template <class TO>
+__device__ __forceinline__ void store_output(const device_problem& p, const skim::cuda::device_view<TO>& out, float* lse,
+                                             const unit& u, std::int32_t row, std::int32_t d, float mx, float l,
+                                             float o) noexcept {
+  const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
+  const std::int32_t h = u.first_head + row % u.heads;
+  out.row(token, h)[d] = skim::cuda::from_float_device<TO>(l > 0.0f ? o / l : 0.0f);
+  if (d == 0 && lse != nullptr) lse[token * p.heads_q + h] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+}
+
+// One output element from the partial states of splits [0, nsplit), combined in split order: ml(s)
+// is split s's (m, l), o(s) its o. The merge kernel and the cluster merge both use it, so they give
+// the same bits.
+template <class ML, class O>
+__device__ __forceinline__ void merge_splits(std::int32_t nsplit, const ML& ml, const O& o, float& mx, float& l,
+                                             float& acc) noexcept {
+  mx = -INFINITY;
+  for (std::int32_t s = 0; s < nsplit; ++s) mx = fmaxf(mx, ml(s).x);
+  const float m_use = mx == -INFINITY ? 0.0f : mx;
+  l = 0.0f;
+  acc = 0.0f;
+  for (std::int32_t s = 0; s < nsplit; ++s) {
+    const float2 st = ml(s);
+    const float f = exp2_approx(st.x - m_use);
+    l = fmaf(st.y, f, l);
+    acc = fmaf(o(s), f, acc);
+  }
+}
+
+// Where a split's partial state of a pass goes: the workspace (merge kernel), or `shared` (the
+// cluster merge): o at shared[rel · D + d], (m, l) at shared[pass_rows · D + 2 rel + {0, 1}].
+// shared_partial_floats(pass_rows, D) floats.
+[[nodiscard]] constexpr std::int32_t shared_partial_floats(std::int32_t pass_rows, std::int32_t d) noexcept {
+  return pass_rows * (d + 2);
+}
+
 // Rows [row0, row0 + rows_here) of the unit from `slices` partial states per row, combined in slice
 // order: state (slice sl, row row0 + rel) is comb_m/comb_l[sl · pass_rows + rel] and
-// comb_o[(sl · pass_rows + rel) · D, + D). Writes O and lse (nsplit 1) or this split's partial.
+// comb_o[(sl · pass_rows + rel) · D, + D). Writes O and lse (nsplit 1), or this split's partial: into
+// the workspace, or into `shared` when it is not null (shared_partial_floats).
 // @pre called by all `threads` threads of the CTA (they stride over rows_here · D elements)
 template <int D, class TQ, class KV, class Index, class TO>
 __device__ __forceinline__ void write_rows(const device_attention_args<TQ, KV, Index, TO>& a, const launch_params& lp,
                                            const unit& u, std::int32_t split, std::int32_t nsplit,
                                            const float* comb_o, const float* comb_m, const float* comb_l,
                                            std::int32_t slices, std::int32_t pass_rows, std::int32_t row0,
-                                           std::int32_t rows_here) noexcept {
-  const device_problem& p = a.prob;
+                                           std::int32_t rows_here, float* shared = nullptr) noexcept {
   for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < rows_here * D; x += threads) {
     const std::int32_t rel = x / D, d = x % D, row = row0 + rel;
     float mx = -INFINITY;
@@ -309,10 +352,13 @@ __device__ __forceinline__ void write_rows(const device_attention_args<TQ, KV, I
       o = fmaf(comb_o[(sl * pass_rows + rel) * D + d], f, o);
     }
     if (nsplit == 1) {
-      const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
-      const std::int32_t h = u.first_head + row % u.heads;
-      a.o.row(token, h)[d] = skim::cuda::from_float_device<TO>(l > 0.0f ? o / l : 0.0f);
-      if (d == 0 && a.lse != nullptr) a.lse[token * p.heads_q + h] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+      store_output(a.prob, a.o, a.lse, u, row, d, mx, l, o);
+    } else if (shared != nullptr) {
+      shared[rel * D + d] = o;
+      if (d == 0) {
+        shared[pass_rows * D + 2 * rel] = mx;
+        shared[pass_rows * D + 2 * rel + 1] = l;
+      }
     } else {
       const std::int64_t prow = (u.id * lp.splits + split) * lp.max_rows + row;
       lp.partial_o[prow * D + d] = o;
@@ -322,6 +368,49 @@ __device__ __forceinline__ void write_rows(const device_attention_args<TQ, KV, I
       }
     }
   }
+}
+
+// The end of a pass: write_rows, and with the cluster merge (InCluster, more than one split) the
+// merge of the row's splits through distributed shared memory. The splits of a row are one thread
+// block cluster (rank = split); each leaves its partial in its own `shared` (shared_partial_floats),
+// then the splits share out the pass's elements and merge them as the merge kernel does
+// (merge_splits, split order: the same bits). A split past the row's last has exited; the cluster
+// barriers wait for the threads that have not. @pre called by all threads of the CTA
+template <bool InCluster, int D, class TQ, class KV, class Index, class TO>
+__device__ __forceinline__ void finish_pass(const device_attention_args<TQ, KV, Index, TO>& a, const launch_params& lp,
+                                            const unit& u, std::int32_t split, std::int32_t nsplit,
+                                            const float* comb_o, const float* comb_m, const float* comb_l,
+                                            std::int32_t slices, std::int32_t pass_rows, std::int32_t row0,
+                                            std::int32_t rows_here, float* shared) noexcept {
+  if constexpr (InCluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (nsplit > 1) {
+      write_rows<D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, slices, pass_rows, row0, rows_here, shared);
+      namespace cg = cooperative_groups;
+      const cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();  // every split's partial of the pass is in its shared memory
+      for (std::int32_t x = split * threads + static_cast<std::int32_t>(threadIdx.x); x < rows_here * D;
+           x += nsplit * threads) {
+        const std::int32_t rel = x / D, d = x % D;
+        float mx, l, o;
+        merge_splits(
+            nsplit,
+            [&](std::int32_t s) {
+              const float* r = cluster.map_shared_rank(shared, static_cast<unsigned>(s)) + pass_rows * D + 2 * rel;
+              return make_float2(r[0], r[1]);
+            },
+            [&](std::int32_t s) { return cluster.map_shared_rank(shared, static_cast<unsigned>(s))[rel * D + d]; }, mx,
+            l, o);
+        store_output(a.prob, a.o, a.lse, u, row0 + rel, d, mx, l, o);
+      }
+      cluster.sync();  // no split refills or leaves its shared memory while another reads it
+      return;
+    }
+#else
+    __trap();  // never launched: decode::run merges in a cluster on sm_90 and later only
+#endif
+  }
+  write_rows<D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, slices, pass_rows, row0, rows_here);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -343,20 +432,15 @@ __global__ void __launch_bounds__(merge_threads)
     const std::int32_t row = x / D, d = x % D;
     const std::int64_t first = u.id * lp.splits * lp.max_rows + row;  // partial row of split 0
     const std::int64_t stride = lp.max_rows;                          // rows between splits
-    float mx = -INFINITY;
-    for (std::int32_t s = 0; s < nsplit; ++s) mx = fmaxf(mx, lp.partial_ml[(first + s * stride) * 2]);
-    const float m_use = mx == -INFINITY ? 0.0f : mx;
-    float l = 0.0f, o = 0.0f;
-    for (std::int32_t s = 0; s < nsplit; ++s) {
-      const std::int64_t prow = first + s * stride;
-      const float f = exp2_approx(lp.partial_ml[prow * 2] - m_use);
-      l = fmaf(lp.partial_ml[prow * 2 + 1], f, l);
-      o = fmaf(lp.partial_o[prow * D + d], f, o);
-    }
-    const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
-    const std::int32_t h = u.first_head + row % u.heads;
-    out.row(token, h)[d] = skim::cuda::from_float_device<TO>(l > 0.0f ? o / l : 0.0f);
-    if (d == 0 && lse != nullptr) lse[token * p.heads_q + h] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+    float mx, l, o;
+    merge_splits(
+        nsplit,
+        [&](std::int32_t s) {
+          const std::int64_t prow = first + s * stride;
+          return make_float2(lp.partial_ml[prow * 2], lp.partial_ml[prow * 2 + 1]);
+        },
+        [&](std::int32_t s) { return lp.partial_o[(first + s * stride) * D + d]; }, mx, l, o);
+    store_output(p, out, lse, u, row, d, mx, l, o);
   }
 }
 

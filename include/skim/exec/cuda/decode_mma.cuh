@@ -29,7 +29,8 @@
 //              ldmatrix.trans), fp32 accumulators. The fragment layouts, swizzle and address
 //              arithmetic are prefill_sm80.cuh's (tested on sm_90a), used here unchanged.
 //   epilogue   each warp's (m, l, o) of its 16 rows through shared memory (aliasing the K/V
-//              buffers), combined in warp order by write_rows.
+//              buffers), combined in warp order by write_rows; with the cluster merge (InCluster)
+//              the row's splits then merge through distributed shared memory (finish_pass).
 //
 // Instructions per 8 KB tile (K + V) and warp, d 128, counted in the SASS under ncu (H200, contiguous
 // K/V, before the contiguous loader and the tile cursor): ~490, of which ~200 loaded the tile (an
@@ -83,11 +84,12 @@ struct geometry {
 //   q    [q16(max_rows)][D] 16-bit, swizzled; rows past the unit's are zero
 //   ids  [chunk_blocks] int32
 // The epilogue's per-warp states alias kv (between barriers):
-//   comb_o [warps · m_tile][D] float, comb_m [warps · m_tile], comb_l [warps · m_tile]
+//   comb_o [warps · m_tile][D] float, comb_m [warps · m_tile], comb_l [warps · m_tile],
+//   then the pass's partial for the cluster merge: [m_tile][D + 2] float (finish_pass)
 inline constexpr std::size_t kv_bytes = static_cast<std::size_t>(warps) * stages * 2 * tile_bytes;
 inline constexpr std::size_t tok_bytes = static_cast<std::size_t>(warps) * stages * max_tile_keys * 4;
-static_assert(static_cast<std::size_t>(warps) * m_tile * (128 + 2) * 4 <= kv_bytes,
-              "the epilogue's states fit in the K/V buffers");
+static_assert(static_cast<std::size_t>(warps + 1) * m_tile * (128 + 2) * 4 <= kv_bytes,
+              "the epilogue's states and a pass's partial (cluster merge) fit in the K/V buffers");
 static_assert((kv_bytes + tok_bytes) % alignment == 0, "q starts on a 128-byte boundary (ldmatrix's XOR addressing)");
 
 [[nodiscard]] constexpr std::int32_t q16(std::int32_t rows) noexcept { return (rows + m_tile - 1) / m_tile * m_tile; }
@@ -97,7 +99,7 @@ static_assert((kv_bytes + tok_bytes) % alignment == 0, "q starts on a 128-byte b
          (static_cast<std::size_t>(chunk_blocks) * 4 + 15) / 16 * 16;
 }
 
-template <int D, class TQ, class KV, class Index, class TO>
+template <int D, bool InCluster, class TQ, class KV, class Index, class TO>
 __global__ void __launch_bounds__(threads, 1)
     split_kernel(const __grid_constant__ device_attention_args<TQ, KV, Index, TO> a, const launch_params lp) {
   using T = typename KV::value_type;
@@ -265,6 +267,7 @@ __global__ void __launch_bounds__(threads, 1)
   float* const comb_o = reinterpret_cast<float*>(smem);  // aliases kv: used between barriers only
   float* const comb_m = comb_o + warps * m_tile * D;
   float* const comb_l = comb_m + warps * m_tile;
+  float* const partial_s = comb_l + warps * m_tile;  // a pass's partial for the cluster merge (finish_pass)
 
   for (std::int32_t pass = 0; pass < qr / m_tile; ++pass) {
     const std::int32_t row0 = pass * m_tile;
@@ -409,7 +412,8 @@ __global__ void __launch_bounds__(threads, 1)
     }
     __syncthreads();
     const std::int32_t rows_here = u.rows - row0 < m_tile ? u.rows - row0 : m_tile;
-    write_rows<D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, warps, m_tile, row0, rows_here);
+    finish_pass<InCluster, D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, warps, m_tile, row0, rows_here,
+                              partial_s);
     __syncthreads();  // comb is read before the next pass refills the K/V buffers
   }
 

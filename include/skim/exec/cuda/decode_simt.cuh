@@ -22,7 +22,8 @@
 //              over the key's lanes; online softmax per row in the log2 domain (m is warp-uniform).
 //   epilogue   o and l summed over the lanes of different keys, per-slice (m, l, o) through shared
 //              memory, combined in slice order; a unit whose row has one split writes O and lse, a
-//              split of a longer row writes its partial (m, l, o) to the workspace.
+//              split of a longer row writes its partial (m, l, o) to the workspace, or with the
+//              cluster merge (InCluster) to shared memory for the row's splits to merge (finish_pass).
 
 #include <cuda_runtime.h>
 
@@ -219,7 +220,7 @@ __device__ __forceinline__ void attend_slice(const chunk_view<D, KV>& cv, std::i
 // ---------------------------------------------------------------------------------------------
 // Split kernel
 
-template <int D, class TQ, class KV, class Index, class TO>
+template <int D, bool InCluster, class TQ, class KV, class Index, class TO>
 __global__ void __launch_bounds__(threads, 1)
     split_kernel(const __grid_constant__ device_attention_args<TQ, KV, Index, TO> a, const launch_params lp) {
   using G = geometry<D>;
@@ -302,6 +303,7 @@ __global__ void __launch_bounds__(threads, 1)
   float* comb_o = reinterpret_cast<float*>(smem);  // aliases kv: used between barriers only
   float* comb_m = comb_o + combine_rows * D;
   float* comb_l = comb_m + combine_rows;
+  float* partial_s = comb_l + combine_rows;  // a pass's partial for the cluster merge (finish_pass)
 
   for (std::int32_t pass = 0; pass < passes; ++pass) {
     const std::int32_t g = pass * groups_per_pass + warp % groups_per_pass;
@@ -352,7 +354,8 @@ __global__ void __launch_bounds__(threads, 1)
     // Combine the slices in slice order; write O (one split) or this split's partial.
     const std::int32_t row0 = pass * pass_rows;
     const std::int32_t rows_here = u.rows - row0 < pass_rows ? u.rows - row0 : pass_rows;
-    write_rows<D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, slices, pass_rows, row0, rows_here);
+    finish_pass<InCluster, D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, slices, pass_rows, row0, rows_here,
+                              partial_s);
     __syncthreads();  // comb is read before the next pass refills the K/V buffers
   }
 }
