@@ -50,6 +50,7 @@
 #include "skim/core/workspace.hpp"
 #include "skim/index/block_table.hpp"
 #include "skim/index/head_shared.hpp"
+#include "skim/route/head_pool.hpp"
 #include "skim/select/select_all.hpp"
 #include "skim/summarize/build.hpp"
 
@@ -89,12 +90,6 @@ struct pipeline_args {
   summaries_mode mode = summaries_mode::build;
   std::span<const float> prior{};                   // [index_rows, max_kv_blocks] or empty (selector's prior)
   index::mutable_block_table selected{};            // [selected_rows, table_width] ids + counts: out
-};
-
-// How share_heads pools the scores of a query block's heads into the row it selects from.
-enum class head_pool : std::uint8_t {
-  relative,  // max over heads of (score − the head's best score in the row): scores ≤ 0, each head's best at 0
-  max,       // max over heads of the raw scores
 };
 
 template <summarizer Summarizer, class Router, selector Selector, class Executor>
@@ -178,12 +173,7 @@ struct sparse_attention {
       std::span<const float> chosen_from = scores;
       if (share_heads) {  // pool the query block's heads (rows h = 0 .. index_heads - 1 come in order)
         const auto visible = static_cast<std::size_t>(r.visible_blocks);
-        const float best = pool == head_pool::relative ? best_score(scores.first(visible)) : 0.0f;
-        for (std::size_t j = 0; j < visible; ++j) {
-          const float x = scores[j] - best;
-          // A NaN score loses to any other (selectors rank NaN last) and never hides one.
-          pooled[j] = r.head == 0 || x > pooled[j] || pooled[j] != pooled[j] ? x : pooled[j];
-        }
+        pool_head_scores(pool, r.head, scores.first(visible), pooled.first(visible));
         if (r.head + 1 < p.index_heads()) {
           t.score += seconds(ts, clock::now());
           return status::success();
@@ -227,13 +217,6 @@ struct sparse_attention {
   }
 
  private:
-  // The row's largest finite score (head_pool::relative subtracts it); 0 when it has none.
-  [[nodiscard]] static float best_score(std::span<const float> scores) noexcept {
-    float best = -std::numeric_limits<float>::infinity();
-    for (const float x : scores) best = std::isfinite(x) && x > best ? x : best;
-    return std::isfinite(best) ? best : 0.0f;
-  }
-
   [[nodiscard]] static double seconds(std::chrono::steady_clock::time_point a,
                                       std::chrono::steady_clock::time_point b) noexcept {
     return std::chrono::duration<double>(b - a).count();

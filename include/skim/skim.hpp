@@ -42,6 +42,7 @@
 #include "skim/summarize/multi_centroid.hpp"
 #include "skim/summarize/probe_max.hpp"
 
+#include "skim/route/head_pool.hpp"
 #include "skim/route/pooled_router.hpp"
 
 #include "skim/select/reserved.hpp"
