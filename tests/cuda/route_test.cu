@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "skim/index/head_shared.hpp"
+#include "skim/route/head_pool.hpp"
+
 namespace {
 
 using namespace skim;
@@ -152,7 +155,7 @@ struct device_decode {
     hi = buffer<TS>(elements);
     workspace = buffer<std::byte>(router.workspace_bytes(p));
     width = router.width(p);
-    rows = static_cast<std::int64_t>(cs.cu_q.back()) * p.index_heads();
+    rows = static_cast<std::int64_t>(cs.cu_q.back()) * (router.share_heads ? 1 : p.index_heads());
     ids = buffer<std::int32_t>(static_cast<std::size_t>(rows * width));
     count = buffer<std::int32_t>(static_cast<std::size_t>(rows));
   }
@@ -320,20 +323,37 @@ void expect_cpu_route(const device_decode<TQ, TKV, TS>& dd, const std::vector<st
   }
   CHECK_MESSAGE(bad == 0, bad, " scores differ from pooled_router's; first: ", first);
 
-  // Selection from the CPU's scores, and from the device's.
-  const std::int32_t width = select::max_count(dd.router.selector, p);
-  skim::test::aligned_workspace select_ws(select::workspace_bytes(dd.router.selector, p));
-  std::vector<std::int32_t> cpu_ids(static_cast<std::size_t>(rows * width)), cpu_count(static_cast<std::size_t>(rows));
+  // Selection from the CPU's scores, and from the device's. With share_heads: from each query block's
+  // heads pooled as the CPU pipeline pools them (route/head_pool.hpp), on the shared problem.
+  const bool shared = dd.router.share_heads;
+  const problem sp = shared ? index::head_shared<index::block_table>::shared_problem(p) : p;
+  const auto selected_from = [&](const std::vector<float>& per_head) {
+    if (!shared) return per_head;
+    std::vector<float> pooled(static_cast<std::size_t>(sp.index_rows() * stride), -inf);
+    REQUIRE(for_each_row(p, [&](const row_info& r) {
+              const auto visible = static_cast<std::size_t>(r.visible_blocks);
+              pool_head_scores(dd.router.pool, r.head,
+                               std::span<const float>(per_head).subspan(static_cast<std::size_t>(r.row * stride), visible),
+                               std::span<float>(pooled).subspan(static_cast<std::size_t>(r.row / heads * stride), visible));
+            }).ok());
+    return pooled;
+  };
+  const std::int64_t rows_selected = sp.index_rows();
+  const std::int32_t width = select::max_count(dd.router.selector, sp);
+  skim::test::aligned_workspace select_ws(select::workspace_bytes(dd.router.selector, sp));
+  std::vector<std::int32_t> cpu_ids(static_cast<std::size_t>(rows_selected * width)),
+      cpu_count(static_cast<std::size_t>(rows_selected));
   std::vector<std::int32_t> rerun_ids(cpu_ids.size()), rerun_count(cpu_count.size());
-  SKIM_REQUIRE_OK(select::select_all(dd.router.selector, p, {.scores = scores, .score_stride = stride},
+  SKIM_REQUIRE_OK(select::select_all(dd.router.selector, sp, {.scores = selected_from(scores), .score_stride = stride},
                                      index::mutable_block_table{cpu_ids, cpu_count, width}, select_ws.bytes));
-  SKIM_REQUIRE_OK(select::select_all(dd.router.selector, p, {.scores = device_as_cpu, .score_stride = stride},
+  SKIM_REQUIRE_OK(select::select_all(dd.router.selector, sp,
+                                     {.scores = selected_from(device_as_cpu), .score_stride = stride},
                                      index::mutable_block_table{rerun_ids, rerun_count, width}, select_ws.bytes));
   const std::vector<std::int32_t> ids = dd.ids.download(), count = dd.count.download();
-  REQUIRE(dd.rows == rows);
+  REQUIRE(dd.rows == rows_selected);
   REQUIRE(dd.width >= width);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    INFO("row ", r, " of ", rows);
+  for (std::int64_t r = 0; r < rows_selected; ++r) {
+    INFO("row ", r, " of ", rows_selected, shared ? " (shared)" : "");
     const auto n = static_cast<std::size_t>(cpu_count[static_cast<std::size_t>(r)]);
     const auto row_of = [&](const std::vector<std::int32_t>& v, std::int32_t w, std::size_t len) {
       return std::vector<std::int32_t>(v.begin() + r * w, v.begin() + r * w + static_cast<std::ptrdiff_t>(len));
@@ -442,6 +462,25 @@ TEST_CASE("route small decode selection matches the CPU pipeline") {
     check_route<bfloat16, bfloat16, bfloat16>(s, router, rng);
     check_route<skim::half, skim::half, skim::half>(s, router, rng);
     check_route<bfloat16, bfloat16, float>(s, router, rng);
+  }
+}
+
+// share_heads: one row per sequence from its index heads' scores pooled (relative and max), against
+// the CPU's pooling (route/head_pool.hpp) and selection on the shared problem; more heads than one
+// per row half the time (several kv heads, or query-head scope).
+TEST_CASE("route small shared selection (share_heads) matches the CPU pooling") {
+  for (int iteration = 0; iteration < 8; ++iteration) {
+    const std::uint32_t seed = fresh_seed();
+    INFO("seed ", seed);
+    std::mt19937 rng(seed);
+    case_spec s = decode_spec(rng, 40, 4);
+    if (skim::test::chance(rng, 0.5)) s.heads_kv = 3, s.heads_q = 12;
+    sc::decode_router router = random_router(rng);
+    router.share_heads = true;
+    router.pool = iteration % 2 == 0 ? head_pool::relative : head_pool::max;
+    INFO((router.pool == head_pool::relative ? "relative pool" : "max pool"));
+    check_route<bfloat16, bfloat16, bfloat16>(s, router, rng);
+    check_route<float, float, float>(s, router, rng);
   }
 }
 

@@ -21,7 +21,8 @@
 // that breaks the bounds are left alone (reported: bad_seqlen).
 //
 // Two kernels: score every block into the workspace (route_kernels.cuh), then select each row's ids
-// (route_select.cuh).
+// (route_select.cuh). With share_heads the select kernel pools a sequence's index heads first
+// (route/head_pool.hpp) and writes one row per sequence: the CPU pipeline's share_heads, bit for bit.
 //
 // Cost (H200, B = 8, heads_kv = 8, group 4, head_dim 128, bk = 128, N = 131072: 1024 blocks a row):
 // scoring reads 2 · 1024 · 128 summary elements per (sequence, kv head): 33.5 MB for the batch in
@@ -44,6 +45,7 @@
 #include "skim/exec/cuda/route_select.cuh"
 #include "skim/exec/cuda/summarize.cuh"
 #include "skim/index/block_table.hpp"
+#include "skim/route/head_pool.hpp"
 #include "skim/route/pooled_router.hpp"
 #include "skim/select/reserved.hpp"
 #include "skim/select/top_k.hpp"
@@ -64,6 +66,12 @@ struct decode_route_args {
 struct decode_router {
   route::pooled_router router{};               // reduce combines the group's heads; pool is moot (one query)
   select::reserved<select::top_k> selector{};  // sink, local, recency, dynamic.k; importance must be 0
+  // One selection per query block (per sequence in decode) for all its index heads, from their scores
+  // pooled as `pool` says (route/head_pool.hpp), as the CPU pipeline's share_heads does, bit for bit.
+  // The table then has one row per query block (row q_block_offset(b)); the executors read it
+  // through device_head_shared{table, index_heads}.
+  bool share_heads = false;
+  head_pool pool = head_pool::relative;
 
   static constexpr std::int32_t max_blocks = 8192;  // visible blocks per row: select's keys in shared memory (32 KB)
   static constexpr std::int32_t max_group = detail::route_impl::max_group;  // query heads per row
@@ -179,7 +187,8 @@ struct decode_router {
   }
 
   // Selects every row's ids from scores laid out as score() writes them (read: each row's visible
-  // blocks) into index: ids ascending in [0, count), pad past count.
+  // blocks) into index: ids ascending in [0, count), pad past count. With share_heads, one row per
+  // query block from the pooled scores of its heads.
   [[nodiscard]] status select(const device_problem& p, std::span<const float> scores,
                               const mutable_device_block_table& index, cudaStream_t stream) const noexcept {
     namespace impl = detail::route_impl;
@@ -199,10 +208,14 @@ struct decode_router {
     if (p.batch == 0 || p.index_heads() == 0) return status::success();
     const impl::select_params sp{.k = selector.dynamic.k, .sink = selector.sink,
                                  .newest = std::max(selector.local, selector.recency ? 1 : 0),  // reserved::newest()
-                                 .stride = p.max_kv_blocks()};
-    const dim3 grid(static_cast<unsigned>(p.index_heads()), static_cast<unsigned>(p.batch));
+                                 .stride = p.max_kv_blocks(), .relative = pool == head_pool::relative};
+    const dim3 grid(share_heads ? 1u : static_cast<unsigned>(p.index_heads()), static_cast<unsigned>(p.batch));
     const std::size_t smem = sizeof(std::uint32_t) * static_cast<std::size_t>(p.max_kv_blocks());
-    impl::decode_select_kernel<><<<grid, impl::select_threads, smem, stream>>>(p, scores.data(), index, sp);
+    if (share_heads) {
+      impl::decode_select_kernel<true><<<grid, impl::select_threads, smem, stream>>>(p, scores.data(), index, sp);
+    } else {
+      impl::decode_select_kernel<false><<<grid, impl::select_threads, smem, stream>>>(p, scores.data(), index, sp);
+    }
     return check_launch("decode_select_kernel");
   }
 

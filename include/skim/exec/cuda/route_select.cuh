@@ -3,7 +3,8 @@
 // bits of the CPU pipeline, reserved blocks and ties; route_kernels.cuh the score kernel whose
 // scores it reads).
 //
-// One CTA of 1024 threads per (sequence, index head). Order-preserving 32-bit keys of the
+// One CTA of 1024 threads per (sequence, index head), or per sequence for shared rows (the heads'
+// scores pooled first, route/head_pool.hpp). Order-preserving 32-bit keys of the
 // candidates' scores in shared memory (<= max_blocks), a 4-pass radix select (8 bits a pass,
 // warp-aggregated shared-memory histograms) finds the k-th best key and how many of its ties to
 // keep; one block-wide scan in id order writes the chosen ids ascending (ties: lower ids first).
@@ -26,10 +27,11 @@ static_assert(select_warps <= 32, "block_exclusive_scan scans the warp sums in o
 inline constexpr int radix_bins = 256;
 
 struct select_params {
-  std::int32_t k = 0;       // top_k's k
-  std::int32_t sink = 0;    // reserved's sink
-  std::int32_t newest = 0;  // reserved's max(local, recency ? 1 : 0)
-  std::int64_t stride = 0;  // floats per score row
+  std::int32_t k = 0;         // top_k's k
+  std::int32_t sink = 0;      // reserved's sink
+  std::int32_t newest = 0;    // reserved's max(local, recency ? 1 : 0)
+  std::int64_t stride = 0;    // floats per score row
+  bool relative = true;       // shared rows: head_pool::relative (else head_pool::max)
 };
 
 // Order-preserving key of a score: a larger key ranks first; NaN ranks as -inf, -0 as +0.
@@ -65,9 +67,52 @@ struct select_params {
   return incl - x + warp_sums[warp];
 }
 
-// Grid (index head, sequence). Dynamic shared memory: keys [stride] (the row's candidates).
-// (A template only so that a header-defined kernel has one definition across translation units.)
-template <int = 0>
+// The largest of every thread's x (fmaxf; equal for any order up to the sign of a zero maximum, which
+// selection ranks as +0). warp_best: [32] shared. @pre called by all threads of the CTA
+[[nodiscard]] __device__ __forceinline__ float block_max(float x, float* warp_best) noexcept {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(full_mask, x, o));
+  __syncthreads();  // warp_best's previous use is over
+  if (lane == 0) warp_best[warp] = x;
+  __syncthreads();
+  float m = warp_best[0];
+  for (int w = 1; w < select_warps; ++w) m = fmaxf(m, warp_best[w]);
+  return m;
+}
+
+// The keys of a shared row: for candidate i of [a, a + n), the query block's heads' scores pooled as
+// route/head_pool.hpp defines it (head_pool_offset over the visible blocks [0, v), then the fold over
+// the heads in order), as order-preserving keys. Each thread pools its own candidates, in keys.
+__device__ __forceinline__ void pool_heads(const device_problem& p, const float* seq_scores, const select_params& sp,
+                                           int a, int n, int v, std::uint32_t* keys, float* warp_best) noexcept {
+  const int tid = static_cast<int>(threadIdx.x);
+  float* pooled = reinterpret_cast<float*>(keys);
+  for (int h = 0; h < p.index_heads(); ++h) {
+    const float* hs = seq_scores + h * sp.stride;
+    float offset = 0.0f;
+    if (sp.relative) {
+      float best = neg_inf;
+      for (int j = tid; j < v; j += select_threads) {
+        const float x = hs[j];
+        best = isfinite(x) && x > best ? x : best;
+      }
+      best = block_max(best, warp_best);
+      offset = isfinite(best) ? best : 0.0f;
+    }
+    for (int i = tid; i < n; i += select_threads) {
+      const float x = hs[a + i] - offset;
+      const float m = pooled[i];
+      pooled[i] = h == 0 || x > m || m != m ? x : m;
+    }
+  }
+  for (int i = tid; i < n; i += select_threads) keys[i] = rank_key(pooled[i]);
+}
+
+// Grid (index head, sequence), or (1, sequence) for Shared rows (one per query block, the heads'
+// scores pooled). Dynamic shared memory: keys [stride] (the row's candidates).
+template <bool Shared>
 __global__ void __launch_bounds__(select_threads)
     decode_select_kernel(device_problem p, const float* scores, mutable_device_block_table t, select_params sp) {
   extern __shared__ std::uint32_t route_select_keys[];
@@ -76,15 +121,17 @@ __global__ void __launch_bounds__(select_threads)
   __shared__ std::uint32_t warp_sums[32];
   __shared__ std::uint32_t found_prefix;
   __shared__ std::int32_t found_remaining;
+  __shared__ float warp_best[32];
 
-  const int h = static_cast<int>(blockIdx.x);
+  const int h = Shared ? 0 : static_cast<int>(blockIdx.x);
   const int b = static_cast<int>(blockIdx.y);
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;
   const device_row r = make_device_row(p, b, 0);
   if (!r.ok) return;  // no query: no row (or bad lengths, reported)
-  const std::int64_t row = static_cast<std::int64_t>(p.cu_seqlens_q[b] - p.cu_seqlens_q[0]) * p.index_heads() + h;
+  const std::int64_t q_block = p.cu_seqlens_q[b] - p.cu_seqlens_q[0];  // decode: one query a block
+  const std::int64_t row = Shared ? q_block : q_block * p.index_heads() + h;
   if (row < 0 || row >= t.rows) {
     if (tid == 0) report(p, bad_seqlen);
     return;
@@ -113,19 +160,23 @@ __global__ void __launch_bounds__(select_threads)
     return;
   }
 
-  const float* row_scores = scores + (static_cast<std::int64_t>(b) * p.index_heads() + h) * sp.stride + a;
-  constexpr int key_batch = 4;  // loads in flight per thread before their keys are stored
-  for (int base = 0; base < n; base += key_batch * select_threads) {
-    float x[key_batch];
+  if constexpr (Shared) {
+    pool_heads(p, scores + static_cast<std::int64_t>(b) * p.index_heads() * sp.stride, sp, a, n, v, keys, warp_best);
+  } else {
+    const float* row_scores = scores + (static_cast<std::int64_t>(b) * p.index_heads() + h) * sp.stride + a;
+    constexpr int key_batch = 4;  // loads in flight per thread before their keys are stored
+    for (int base = 0; base < n; base += key_batch * select_threads) {
+      float x[key_batch];
 #pragma unroll
-    for (int u = 0; u < key_batch; ++u) {
-      const int i = base + u * select_threads + tid;
-      x[u] = i < n ? row_scores[i] : 0.0f;
-    }
+      for (int u = 0; u < key_batch; ++u) {
+        const int i = base + u * select_threads + tid;
+        x[u] = i < n ? row_scores[i] : 0.0f;
+      }
 #pragma unroll
-    for (int u = 0; u < key_batch; ++u) {
-      const int i = base + u * select_threads + tid;
-      if (i < n) keys[i] = rank_key(x[u]);
+      for (int u = 0; u < key_batch; ++u) {
+        const int i = base + u * select_threads + tid;
+        if (i < n) keys[i] = rank_key(x[u]);
+      }
     }
   }
 
@@ -211,7 +262,6 @@ __global__ void __launch_bounds__(select_threads)
     }
   }
 }
-
 
 }  // namespace detail::route_impl
 
