@@ -5,7 +5,8 @@
 // 16-bit and fp32 outputs, several splits per row (fixed and automatic chunk sizes; the merge by the
 // merge kernel, for up to hundreds of splits, or in a cluster on sm_90+, bit for bit the same).
 // Every case runs both split kernels (decode_kernel::cuda_cores and tensor_cores; the latter rounds
-// P to 16 bits, so its tolerance is prefill's: 2e-2 relative for bf16, 5e-3 for fp16). Also: bit-identical reruns (and automatic = tensor_cores),
+// P to 16 bits, so its tolerance is prefill's: 2e-2 relative for bf16, 5e-3 for fp16). Besides the
+// stored forms: implicit indices and unions (causal_all, sink + window, a table or CSR with them). Also: bit-identical reruns (and automatic = tensor_cores),
 // every output written (buffers start as NaN), the device error word for bad ids / order / counts /
 // pages, host errors.
 //
@@ -25,7 +26,11 @@
 
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/index/block_csr.hpp"
+#include "skim/index/block_union.hpp"
+#include "skim/index/causal_all.hpp"
 #include "skim/index/head_shared.hpp"
+#include "skim/index/sink.hpp"
+#include "skim/index/sliding_window.hpp"
 #include "support/executor_cases.hpp"
 #include "support/random_case.hpp"
 
@@ -513,6 +518,53 @@ TEST_CASE("decode small cluster merge: the merge kernel's bits without its launc
     }
   }
   if (major >= 9) CHECK(clustered >= 4);  // the seeds above give clusters of 2..8 splits
+}
+
+// Implicit indices and unions (index.cuh): every visible block (causal_all), a sink and a window, and
+// a routed selection (table or CSR) with a sink and a window, against the reference over the CPU's
+// index of the same numbers; rows cut in splits (merged in a cluster or by the merge kernel), both
+// kernels, both sources.
+TEST_CASE("decode small implicit indices: causal_all, sink + window, a table or CSR with them") {
+  namespace ix = skim::index;
+  for (std::uint32_t seed = 90; seed < 96; ++seed) {
+    std::mt19937 rng(seed);
+    const case_spec s = random_decode_spec(rng);
+    const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
+    const host_index hi = random_index(c.prob(), rng, 12);
+    const std::int32_t sink = uniform(rng, 0, 2), window = uniform(rng, 1, 3);
+    tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
+    const device_index di(hi);
+    const sc::device_problem p = dc.prob(s);
+    decode dec;
+    dec.chunk_blocks = pick(rng, {0, 1, 2});
+    INFO("seed " << seed << ": " << s.describe() << ", sink " << sink << ", window " << window << ", chunk_blocks "
+                 << dec.chunk_blocks);
+    const auto check_index = [&](const char* what, const auto& cpu_index, const auto& device_index) {
+      INFO(what);
+      output<float> ref(c.spec, c.tokens_q());
+      const attention_args<skim::bfloat16, contiguous_kv<skim::bfloat16>, std::remove_cvref_t<decltype(cpu_index)>, float>
+          ra{.prob = c.prob(), .q = c.q_view(), .kv = c.contiguous(), .index = cpu_index, .o = ref.view, .lse = ref.lse};
+      REQUIRE(exec::reference{}.run(ra, {}).ok());
+      for (const decode_kernel k : kernels) {
+        INFO("kernel " << kernel_name(k));
+        with_kv(c, dc, [&](const auto& kv) {
+          const auto got = run_decode<float>(with_kernel(dec, k), dc, p, kv, device_index, c.tokens_q());
+          CHECK(got.error == 0u);
+          check_against(s, got, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
+        });
+      }
+    };
+    const ix::sink cs{sink};
+    const ix::sliding_window cw{window};
+    const sc::device_sink ds{sink};
+    const sc::device_sliding_window dw{window};
+    check_index("causal_all", ix::causal_all{}, sc::device_causal_all{});
+    check_index("sink + window", ix::make_union(cs, cw), sc::make_device_union(ds, dw));
+    check_index("table + sink + window", ix::make_union(hi.csr_view(), cs, cw),
+                sc::make_device_union(di.table(), ds, dw));
+    check_index("csr + sink + window", ix::make_union(hi.csr_view(), cs, cw),
+                sc::make_device_union(di.csr(static_cast<std::int64_t>(hi.col_idx.size())), ds, dw));
+  }
 }
 
 TEST_CASE("decode deterministic: two runs give bit-identical O and lse, automatic = tensor_cores on sm_80+") {

@@ -41,10 +41,15 @@
 //    packed over the query blocks that exist (a sequence with no query has no row), so an index built
 //    for the CPU executors works unchanged. The host cannot count query blocks of device-side lengths,
 //    so it checks only index.rows >= 0; a row at or past index.rows reads as empty and is reported
-//    (bad_count). The index is a device_block_table, a device_block_csr, or device_head_shared of
-//    one (one row per query block that every index head reads: row r reads row r / index_heads).
+//    (bad_count). The index is any device index (index.cuh): a device_block_table or
+//    device_block_csr (a split reads its ids by position), the implicit rules (causal_all, sink,
+//    sliding_window: each split computes its ids), unions of them (walked id by id in every CTA of
+//    the row: cheap for rules, a dependent load per id of a stored part), or device_head_shared of
+//    any of these (one row per query block that every index head reads: row r reads row r /
+//    index_heads).
 //  - Ids per row: run(a, ...) sizes the grid for selected_bound(a.index) ids per row (a block_table's
-//    width, a block_csr's capacity, both capped by max_kv_blocks); run(a, max_selected_blocks, ...)
+//    width, a block_csr's capacity, a rule's blocks, a union's sum, causal_all every block; all
+//    capped by max_kv_blocks); run(a, max_selected_blocks, ...)
 //    takes a tighter bound (a CSR whose rows hold at most k ids). A row with more ids than the bound
 //    has ids past it ignored and is reported (bad_count). workspace_bytes(p, bound) must be given the
 //    same bound.
@@ -101,9 +106,21 @@ struct decode {
   [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_block_csr& index) noexcept {
     return index.capacity > INT32_MAX ? INT32_MAX : static_cast<std::int32_t>(index.capacity);
   }
-  template <class Stored>
-  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_head_shared<Stored>& index) noexcept {
+  template <class Shared>
+  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_head_shared<Shared>& index) noexcept {
     return selected_bound(index.shared);
+  }
+  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_causal_all&) noexcept { return INT32_MAX; }
+  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_sink& index) noexcept {
+    return index.blocks > 0 ? index.blocks : 0;
+  }
+  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_sliding_window& index) noexcept {
+    return index.blocks > 0 ? index.blocks : 0;
+  }
+  template <class A, class B>
+  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_union<A, B>& index) noexcept {
+    const std::int64_t n = static_cast<std::int64_t>(selected_bound(index.a)) + selected_bound(index.b);
+    return n > INT32_MAX ? INT32_MAX : static_cast<std::int32_t>(n);
   }
 
   // CTAs the automatic chunk aims at, and the fewest keys per split it takes. Constants: the split of
@@ -192,8 +209,7 @@ struct decode {
     static_assert(skim::cuda::is_device_element_v<TKV>, "cuda::decode: K/V must be skim::bfloat16 or skim::half");
     static_assert(skim::cuda::is_device_element_v<TO> || std::is_same_v<TO, float>,
                   "cuda::decode: O must be skim::bfloat16, skim::half or float");
-    static_assert(skim::cuda::is_decode_device_index_v<Index>, "cuda::decode: the index must be device_block_table, "
-                                                        "device_block_csr or device_head_shared of one");
+    static_assert(skim::cuda::is_device_index_v<Index>, "cuda::decode: the index must be a device index (index.cuh)");
     const skim::cuda::device_problem& p = a.prob;
     SKIM_TRY(skim::cuda::check_args(a));
     SKIM_TRY(can_implement(p));
@@ -269,14 +285,19 @@ struct decode {
   }
 
  private:
-  // Rows the index stores (a shared index: its shared rows).
-  template <class Stored>
-  [[nodiscard]] static std::int64_t stored_rows(const Stored& index) noexcept {
-    return index.rows;
+  // Rows the index stores (a shared index: its shared rows; 0 for the implicit rules and unions,
+  // whose stored parts report rows they lack on the device: bad_count).
+  template <class Index>
+  [[nodiscard]] static std::int64_t stored_rows(const Index& index) noexcept {
+    if constexpr (skim::cuda::is_stored_device_index_v<Index>) {
+      return index.rows;
+    } else {
+      return 0;
+    }
   }
-  template <class Stored>
-  [[nodiscard]] static std::int64_t stored_rows(const skim::cuda::device_head_shared<Stored>& index) noexcept {
-    return index.shared.rows;
+  template <class Shared>
+  [[nodiscard]] static std::int64_t stored_rows(const skim::cuda::device_head_shared<Shared>& index) noexcept {
+    return stored_rows(index.shared);
   }
 
   // Whether run() launches the tensor-core split kernel: `kernel`, resolved for Q/K/V types TQ, TKV

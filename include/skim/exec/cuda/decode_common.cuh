@@ -242,6 +242,37 @@ struct entry_ids {
   std::int32_t pred = -1;  // the entry before it in the row (-1: none)
 };
 
+// The unit's index row as (first, n, clamped). Stored forms: index.row(). Indices read only through
+// a cursor (implicit rules, unions, shared rows of them): the ids are computed from the cursor, first
+// is null and e holds this thread's entry's id and predecessor. A rule's range gives them at once; a
+// union is walked by every thread in step (the same ids, no barrier), so it costs one step per id of
+// the row (a dependent load per id of a stored part: decode_router writes its reserved blocks into
+// the table instead).
+template <class Index>
+__device__ __forceinline__ skim::cuda::device_block_table::span row_span(const Index& index, const unit& u,
+                                                                         std::int32_t entry, entry_ids& e) noexcept {
+  if constexpr (skim::cuda::is_decode_device_index_v<Index>) {
+    return index.row(u.index_row);
+  } else {
+    auto c = index.cursor(u.index_row, u.row);
+    if constexpr (std::is_same_v<decltype(c), skim::cuda::device_range_cursor>) {
+      const std::int32_t n = c.last > c.first ? c.last - c.first : 0;
+      if (entry >= 0 && entry < n) {
+        e.id = c.first + entry;
+        e.pred = entry > 0 ? e.id - 1 : -1;
+      }
+      return {nullptr, n, false};
+    } else {
+      std::int32_t n = 0;
+      for (; !c.done(); c.next(), ++n) {
+        if (n == entry - 1) e.pred = c.id();
+        if (n == entry) e.id = c.id();
+      }
+      return {nullptr, n, c.malformed()};
+    }
+  }
+}
+
 // A block_table's entries, loaded before the count is known: the row's address does not depend on
 // it (loaded speculatively, inside the table). A CSR's wait for load_ids_late.
 template <class Index>
@@ -258,7 +289,7 @@ __device__ __forceinline__ void load_ids_early(const Index& index, const unit& u
 template <class Index>
 __device__ __forceinline__ void load_ids_late(const skim::cuda::device_block_table::span& span, std::int32_t j,
                                               std::int32_t entry, std::int32_t entries, entry_ids& e) noexcept {
-  if constexpr (!std::is_same_v<Index, skim::cuda::device_block_table>) {
+  if constexpr (skim::cuda::is_decode_device_index_v<Index> && !std::is_same_v<Index, skim::cuda::device_block_table>) {
     if (j < entries) {
       e.id = span.first[entry];
       if (entry > 0) e.pred = span.first[entry - 1];
@@ -424,7 +455,8 @@ __global__ void __launch_bounds__(merge_threads)
                  float* lse, const launch_params lp) {
   unit u;
   if (!make_unit(p, lp.q_blocks, u)) return;
-  const skim::cuda::device_block_table::span span = index.row(u.index_row);
+  entry_ids unused;
+  const skim::cuda::device_block_table::span span = row_span(index, u, -1, unused);
   const std::int32_t nsplit = used_splits(span.n > 0 ? span.n : 0, lp);
   if (nsplit <= 1) return;  // the split kernel wrote O
   const std::int32_t D = p.head_dim;

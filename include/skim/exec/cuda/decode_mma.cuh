@@ -125,9 +125,9 @@ __global__ void __launch_bounds__(threads, 1)
   const std::int32_t qr = q16(u.rows);
 
   // Global loads before anything waits on them, as in split_kernel: count, page list, ids, then Q.
-  const skim::cuda::device_block_table::span span = a.index.row(u.index_row);
-  const kv_rows<KV> src(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head);
   entry_ids e;
+  const skim::cuda::device_block_table::span span = row_span(a.index, u, entry, e);
+  const kv_rows<KV> src(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head);
   load_ids_early(a.index, u, lp, j, entry, e);
 
   // Q rows (padding rows zero), 16-bit, swizzled: q_batch element loads (any Q stride), then stores.

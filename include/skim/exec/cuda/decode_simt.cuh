@@ -243,9 +243,9 @@ __global__ void __launch_bounds__(threads, 1)
   // Global loads before anything waits on them (each smem store waits for its load): the row's
   // count, the sequence's page list, this thread's id and its predecessor (a block_table's row
   // address does not depend on the count: loaded speculatively, inside the table), then Q.
-  const skim::cuda::device_block_table::span span = a.index.row(u.index_row);
-  const kv_rows<KV> src(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head);
   entry_ids e;
+  const skim::cuda::device_block_table::span span = row_span(a.index, u, entry, e);
+  const kv_rows<KV> src(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head);
   load_ids_early(a.index, u, lp, j, entry, e);
 
   // Q rows (padding rows zero), pre-scaled, in the lane-read layout: q_batch loads, then q_batch stores.
