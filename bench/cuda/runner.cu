@@ -6,7 +6,9 @@
 //   skim_bench_cuda prefill --n 32768 --blocks 16              (--blocks 0: every causal block)
 //   skim_bench_cuda step    --batch 8 --n 131072 --blocks 16   (append + route + decode, one CUDA graph;
 //                                                               --fuse-append 0: append in its own launch;
-//                                                               graph_ms: reps steps back to back in one graph)
+//                                                               graph_ms: reps steps back to back in one graph;
+//                                                               --share 1: one selection per sequence for all
+//                                                               its kv heads, decode over device_head_shared)
 //   common: --heads-q 32 --heads-kv 8 --dim 128 --bk 128 --bq 128 --dtype bf16|fp16
 //           --layout hnd|nhd (K/V head-major [heads_kv, tokens, dim], as the PyTorch peers hold them,
 //           or token-major [tokens, heads_kv, dim]; printed as "layout")
@@ -61,6 +63,7 @@ struct options {
   int batch = 1, n = 32768, heads_q = 32, heads_kv = 8, dim = 128, bq = 128, bk = 128, blocks = 16;
   int sets = 4, reps = 50, chunk_blocks = 0;
   int cluster_merge = 1;  // decode, step: decode::merge_in_cluster
+  int share = 0;          // step: decode_router::share_heads (one selection per sequence)
   int fuse_append = 1;  // step: append_newest folded into the router's score kernel (0: its own launch)
   std::string dtype = "bf16";
   std::string layout = "hnd";  // K/V: hnd (head-major) or nhd (token-major)
@@ -100,6 +103,7 @@ options parse(int argc, char** argv) {
     else if (k == "--layout") o.layout = v;
     else if (k == "--fuse-append") o.fuse_append = std::atoi(v);
     else if (k == "--cluster-merge") o.cluster_merge = std::atoi(v);
+    else if (k == "--share") o.share = std::atoi(v);
     else if (k == "--index-out") o.index_out = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -411,9 +415,10 @@ int run_step(const options& o) {
   router.selector.sink = 1;
   router.selector.local = 2;
   router.selector.dynamic.k = std::max(0, o.blocks - 3);
+  router.share_heads = o.share != 0;  // one selection per sequence, read by every kv head
   BENCH_STATUS(router.can_implement(p));
   const int width = router.width(p);
-  const std::int64_t rows = std::int64_t(o.batch) * o.heads_kv;
+  const std::int64_t rows = std::int64_t(o.batch) * (o.share ? 1 : o.heads_kv);
   device_array<std::int32_t> ids{std::size_t(rows) * width}, count{std::size_t(rows)};
   const skim::cuda::mutable_device_block_table table{.ids = ids.p, .count = count.p, .width = width, .rows = rows};
   device_array<std::byte> route_ws(router.workspace_bytes(p));
@@ -432,6 +437,13 @@ int run_step(const options& o) {
                  .index = table,
                  .o = d.o_view(o)};
   const skim::cuda::decode_route_args<T, T> ra{.prob = p, .q = a.q, .summaries = sums, .index = table};
+  using shared_t = skim::cuda::device_head_shared<skim::cuda::device_block_table>;
+  const skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, shared_t, T> as{
+      .prob = p, .q = a.q, .kv = kv, .index = shared_t{table, p.index_heads()}, .o = a.o};
+  const auto attend = [&](cudaStream_t st) {
+    if (o.share) BENCH_STATUS(exec.run(as, ws.p, ws_bytes, st));
+    else BENCH_STATUS(exec.run(a, ws.p, ws_bytes, st));
+  };
 
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -446,7 +458,7 @@ int run_step(const options& o) {
   const auto step = [&](cudaStream_t st) {
     append(st);
     route(st);
-    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, st));
+    attend(st);
   };
   cudaGraph_t graph;
   cudaGraphExec_t graph_exec;
@@ -465,7 +477,7 @@ int run_step(const options& o) {
     BENCH_CHECK(cudaEventRecord(e[1], stream));
     route(stream);
     BENCH_CHECK(cudaEventRecord(e[2], stream));
-    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, stream));
+    attend(stream);
     BENCH_CHECK(cudaEventRecord(e[3], stream));
     BENCH_CHECK(cudaEventSynchronize(e[3]));
     if (rep < 3) continue;
@@ -504,10 +516,10 @@ int run_step(const options& o) {
   std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
               "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"graph_ms\": %.5f, "
               "\"graph_route_ms\": %.5f, \"graph_score_ms\": %.5f, \"kernel\": \"%s\", "
-              "\"layout\": \"%s\", \"fuse_append\": %d, \"chunk_blocks\": %d, \"cluster_merge\": %d}\n",
+              "\"layout\": \"%s\", \"fuse_append\": %d, \"chunk_blocks\": %d, \"cluster_merge\": %d, \"share\": %d}\n",
               o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend),
               g_step, g_route, g_score, o.kernel.c_str(), o.layout.c_str(), o.fuse_append, exec.chunk(p, width),
-              o.cluster_merge);
+              o.cluster_merge, o.share);
   for (auto& ev : e) cudaEventDestroy(ev);
   cudaGraphExecDestroy(graph_exec);
   cudaGraphDestroy(graph);
