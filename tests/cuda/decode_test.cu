@@ -264,6 +264,24 @@ void reference_output(const random_case<T, T>& c, const host_index& hi, output<f
   REQUIRE(st.ok());
 }
 
+// A bf16 case with a random selection of up to max_ids blocks a row (random_index), on the host and
+// the device, with the reference's output over that selection. Tests bind its parts by name:
+//   auto& [c, hi, ref, dc, di, p] = selected;
+struct selection_case {
+  random_case<skim::bfloat16, skim::bfloat16> c;
+  host_index hi;
+  output<float> ref;
+  tc::device_case<skim::bfloat16, skim::bfloat16> dc;
+  device_index di;
+  sc::device_problem p;
+
+  selection_case(const case_spec& s, std::mt19937& rng, std::int32_t max_ids)
+      : c(s, rng), hi(random_index(c.prob(), rng, max_ids)), ref(c.spec, c.tokens_q()), dc(c), di(hi),
+        p(dc.prob(s)) {
+    reference_output(c, hi, ref);
+  }
+};
+
 // Calls f(kv source) for the storage the spec asks for.
 template <class T, class F>
 void with_kv(const random_case<T, T>& c, const tc::device_case<T, T>& dc, F&& f) {
@@ -338,13 +356,8 @@ TEST_CASE("decode small: fixed shapes, both kernels, sources and index forms") {
     s.block_kv = 16;
     s.seqs = {{1, 50}, {3, 37}, {0, 20}, {2, 0}, {1, 16}};
     s.page_size = 24;
-    const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
-    const host_index hi = random_index(c.prob(), rng, 4);
-    output<float> ref(c.spec, c.tokens_q());
-    reference_output(c, hi, ref);
-    tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
-    const device_index di(hi);
-    const sc::device_problem p = dc.prob(s);
+    selection_case selected(s, rng, 4);
+    auto& [c, hi, ref, dc, di, p] = selected;
     for (const decode_kernel k : kernels) {
       for (const std::int32_t chunk : {0, 1, 8}) {
         decode dec;
@@ -484,13 +497,8 @@ TEST_CASE("decode small cluster merge: the merge kernel's bits without its launc
       s.block_q = 8;
       s.seqs = {{8, 1500}, {5, 700}, {1, 90}};
     }
-    const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
-    const host_index hi = random_index(c.prob(), rng, 20);
-    output<float> ref(c.spec, c.tokens_q());
-    reference_output(c, hi, ref);
-    tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
-    const device_index di(hi);
-    const sc::device_problem p = dc.prob(s);
+    selection_case selected(s, rng, 20);
+    auto& [c, hi, ref, dc, di, p] = selected;
     decode dec;
     const std::int32_t want_splits = std::array{2, 3, 8, 12, 2, 5}[seed - 80];  // 12: past a cluster
     dec.chunk_blocks = std::max(1, (hi.width + want_splits - 1) / want_splits);
@@ -529,28 +537,25 @@ TEST_CASE("decode small implicit indices: causal_all, sink + window, a table or 
   for (std::uint32_t seed = 90; seed < 96; ++seed) {
     std::mt19937 rng(seed);
     const case_spec s = random_decode_spec(rng);
-    const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
-    const host_index hi = random_index(c.prob(), rng, 12);
+    selection_case selected(s, rng, 12);
+    auto& [c, hi, ref, dc, di, p] = selected;
     const std::int32_t sink = uniform(rng, 0, 2), window = uniform(rng, 1, 3);
-    tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
-    const device_index di(hi);
-    const sc::device_problem p = dc.prob(s);
     decode dec;
     dec.chunk_blocks = pick(rng, {0, 1, 2});
     INFO("seed " << seed << ": " << s.describe() << ", sink " << sink << ", window " << window << ", chunk_blocks "
                  << dec.chunk_blocks);
     const auto check_index = [&](const char* what, const auto& cpu_index, const auto& device_index) {
       INFO(what);
-      output<float> ref(c.spec, c.tokens_q());
+      output<float> want(c.spec, c.tokens_q());
       const attention_args<skim::bfloat16, contiguous_kv<skim::bfloat16>, std::remove_cvref_t<decltype(cpu_index)>, float>
-          ra{.prob = c.prob(), .q = c.q_view(), .kv = c.contiguous(), .index = cpu_index, .o = ref.view, .lse = ref.lse};
+          ra{.prob = c.prob(), .q = c.q_view(), .kv = c.contiguous(), .index = cpu_index, .o = want.view, .lse = want.lse};
       REQUIRE(exec::reference{}.run(ra, {}).ok());
       for (const decode_kernel k : kernels) {
         INFO("kernel " << kernel_name(k));
         with_kv(c, dc, [&](const auto& kv) {
           const auto got = run_decode<float>(with_kernel(dec, k), dc, p, kv, device_index, c.tokens_q());
           CHECK(got.error == 0u);
-          check_against(s, got, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
+          check_against(s, got, want, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
         });
       }
     };
@@ -574,12 +579,9 @@ TEST_CASE("decode deterministic: two runs give bit-identical O and lse, automati
   for (std::uint32_t seed = 50; seed < 54; ++seed) {
     std::mt19937 rng(seed);
     case_spec s = random_decode_spec(rng);
-    const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
-    const host_index hi = random_index(c.prob(), rng, 20);
+    selection_case selected(s, rng, 20);
+    auto& [c, hi, ref, dc, di, p] = selected;
     INFO("seed " << seed << ": " << s.describe());
-    tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
-    const device_index di(hi);
-    const sc::device_problem p = dc.prob(s);
     decode dec;
     dec.chunk_blocks = 2;
     for (const decode_kernel k : kernels) {
