@@ -353,17 +353,12 @@ __device__ __forceinline__ void merge_splits(std::int32_t nsplit, const ML& ml, 
   }
 }
 
-// Where a split's partial state of a pass goes: the workspace (merge kernel), or `shared` (the
-// cluster merge): o at shared[rel · D + d], (m, l) at shared[pass_rows · D + 2 rel + {0, 1}].
-// shared_partial_floats(pass_rows, D) floats.
-[[nodiscard]] constexpr std::int32_t shared_partial_floats(std::int32_t pass_rows, std::int32_t d) noexcept {
-  return pass_rows * (d + 2);
-}
-
 // Rows [row0, row0 + rows_here) of the unit from `slices` partial states per row, combined in slice
 // order: state (slice sl, row row0 + rel) is comb_m/comb_l[sl · pass_rows + rel] and
 // comb_o[(sl · pass_rows + rel) · D, + D). Writes O and lse (nsplit 1), or this split's partial: into
-// the workspace, or into `shared` when it is not null (shared_partial_floats).
+// the workspace (for the merge kernel), or, when `shared` is not null, into those pass_rows · (D + 2)
+// floats of shared memory (for the cluster merge): o at shared[rel · D + d], (m, l) at
+// shared[pass_rows · D + 2 rel + {0, 1}].
 // @pre called by all `threads` threads of the CTA (they stride over rows_here · D elements)
 template <int D, class TQ, class KV, class Index, class TO>
 __device__ __forceinline__ void write_rows(const device_attention_args<TQ, KV, Index, TO>& a, const launch_params& lp,
@@ -403,7 +398,7 @@ __device__ __forceinline__ void write_rows(const device_attention_args<TQ, KV, I
 
 // The end of a pass: write_rows, and with the cluster merge (InCluster, more than one split) the
 // merge of the row's splits through distributed shared memory. The splits of a row are one thread
-// block cluster (rank = split); each leaves its partial in its own `shared` (shared_partial_floats),
+// block cluster (rank = split); each leaves its partial in its own `shared` (write_rows' layout),
 // then the splits share out the pass's elements and merge them as the merge kernel does
 // (merge_splits, split order: the same bits). A split past the row's last has exited; the cluster
 // barriers wait for the threads that have not. @pre called by all threads of the CTA
