@@ -59,7 +59,8 @@ struct decode_route_args {
   device_view<const TQ> q;          // [tokens_q, heads_q, head_dim]
   device_max_bound<TS> summaries;   // blocks [0, kv_blocks(b)) of every sequence summarised; read (run with a
                                     // K/V source also appends each sequence's newest key)
-  mutable_device_block_table index; // [rows, width >= decode_router::width(prob)], written
+  mutable_device_block_table index; // [rows, width >= decode_router::width(prob)], written; rows: one per
+                                    // (sequence with a query, index head), or per sequence with share_heads
 };
 
 // The decode router: summaries -> scores -> reserved<top_k> ids, on the device (see the header).
