@@ -34,10 +34,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
 
 #include "skim/concepts/block_index.hpp"

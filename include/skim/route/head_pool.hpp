@@ -17,6 +17,8 @@
 #include <limits>
 #include <span>
 
+#include "skim/config.hpp"
+
 namespace skim {
 
 enum class head_pool : std::uint8_t {
@@ -33,14 +35,17 @@ enum class head_pool : std::uint8_t {
   return std::isfinite(best) ? best : 0.0f;
 }
 
+// One block's pooled value after head `head`'s offset score x: x for head 0, else the larger of x
+// and the value so far, a NaN losing. The GPU router's select kernel folds with it too.
+[[nodiscard]] SKIM_HOST_DEVICE inline float pool_fold(std::int32_t head, float x, float so_far) noexcept {
+  return head == 0 || x > so_far || so_far != so_far ? x : so_far;
+}
+
 // Folds head `head`'s visible scores into pooled[0, visible.size()) (head 0 initialises it).
 inline void pool_head_scores(head_pool pool, std::int32_t head, std::span<const float> visible,
                              std::span<float> pooled) noexcept {
   const float offset = head_pool_offset(pool, visible);
-  for (std::size_t j = 0; j < visible.size(); ++j) {
-    const float x = visible[j] - offset;
-    pooled[j] = head == 0 || x > pooled[j] || pooled[j] != pooled[j] ? x : pooled[j];
-  }
+  for (std::size_t j = 0; j < visible.size(); ++j) pooled[j] = pool_fold(head, visible[j] - offset, pooled[j]);
 }
 
 }  // namespace skim

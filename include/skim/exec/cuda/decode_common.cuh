@@ -251,7 +251,7 @@ struct entry_ids {
 template <class Index>
 __device__ __forceinline__ skim::cuda::device_block_table::span row_span(const Index& index, const unit& u,
                                                                          std::int32_t entry, entry_ids& e) noexcept {
-  if constexpr (skim::cuda::is_decode_device_index_v<Index>) {
+  if constexpr (skim::cuda::is_positional_device_index_v<Index>) {
     return index.row(u.index_row);
   } else {
     auto c = index.cursor(u.index_row, u.row);
@@ -289,7 +289,7 @@ __device__ __forceinline__ void load_ids_early(const Index& index, const unit& u
 template <class Index>
 __device__ __forceinline__ void load_ids_late(const skim::cuda::device_block_table::span& span, std::int32_t j,
                                               std::int32_t entry, std::int32_t entries, entry_ids& e) noexcept {
-  if constexpr (skim::cuda::is_decode_device_index_v<Index> && !std::is_same_v<Index, skim::cuda::device_block_table>) {
+  if constexpr (skim::cuda::is_positional_device_index_v<Index> && !std::is_same_v<Index, skim::cuda::device_block_table>) {
     if (j < entries) {
       e.id = span.first[entry];
       if (entry > 0) e.pred = span.first[entry - 1];

@@ -378,19 +378,21 @@ concept device_block_index = std::copyable<I> && requires(const I& index, std::i
   { index.validate() } -> std::same_as<status>;
 };
 
-// Stored forms (device_block_table, device_block_csr): what kernels that address a row's ids by
-// position (decode's split over a row) take.
+// Stored forms (device_block_table, device_block_csr): rows whose ids a kernel can address by
+// position (decode's split over a row).
 template <class I>
 inline constexpr bool is_stored_device_index_v =
     std::is_same_v<I, device_block_table> || std::is_same_v<I, device_block_csr>;
 
-// What decode takes: the stored forms, and a stored form shared by the index heads.
+// Indices whose rows have an address, read by position through row(): the stored forms, and a
+// stored form shared by the index heads. Decode splits these by position and walks the others
+// through their cursors.
 template <class I>
 inline constexpr bool is_shared_stored_device_index_v = false;
 template <class I>
 inline constexpr bool is_shared_stored_device_index_v<device_head_shared<I>> = is_stored_device_index_v<I>;
 template <class I>
-inline constexpr bool is_decode_device_index_v = is_stored_device_index_v<I> || is_shared_stored_device_index_v<I>;
+inline constexpr bool is_positional_device_index_v = is_stored_device_index_v<I> || is_shared_stored_device_index_v<I>;
 
 // Every device index: stored forms, implicit rules, unions and shared rows of them (what prefill takes).
 template <class I>

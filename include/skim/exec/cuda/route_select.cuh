@@ -15,6 +15,7 @@
 #include "skim/exec/cuda/common.cuh"
 #include "skim/exec/cuda/index.cuh"
 #include "skim/exec/cuda/route_kernels.cuh"
+#include "skim/route/head_pool.hpp"
 
 namespace skim::cuda {
 
@@ -101,11 +102,7 @@ __device__ __forceinline__ void pool_heads(const device_problem& p, const float*
       best = block_max(best, warp_best);
       offset = isfinite(best) ? best : 0.0f;
     }
-    for (int i = tid; i < n; i += select_threads) {
-      const float x = hs[a + i] - offset;
-      const float m = pooled[i];
-      pooled[i] = h == 0 || x > m || m != m ? x : m;
-    }
+    for (int i = tid; i < n; i += select_threads) pooled[i] = pool_fold(h, hs[a + i] - offset, pooled[i]);
   }
   for (int i = tid; i < n; i += select_threads) keys[i] = rank_key(pooled[i]);
 }
