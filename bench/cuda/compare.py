@@ -159,19 +159,21 @@ def step_rows(batch, n, blocks, runner, out):
     if not skim:
         return [{"work": work, "impl": "skim", "ms": None, "rate": None, "unit": ""}]
     fused = skim.get("fuse_append", 0) == 1  # the router's score kernel appends the new key
+    # fuse_select: decode selects its rows itself (decode_router::routed): route is score alone
+    route = ("append+score" if fused else "score") + ("" if skim.get("fuse_select", 0) == 1 else "+select")
+    attend = "select+attend" if skim.get("fuse_select", 0) == 1 else "attend"
     rows = [{"work": work + " (graph)", "impl": "skim", "ms": skim["ms"], "rate": None, "unit": ""}]
     if "graph_ms" in skim:  # steps back to back in one graph: no graph launch of its own per step
         rows.append({"work": work + " (graph, back to back)", "impl": "skim", "ms": skim["graph_ms"], "rate": None,
                      "unit": ""})
         rows.append({"work": "  back to back: score alone", "impl": "skim", "ms": skim["graph_score_ms"],
                      "rate": None, "unit": ""})
-        rows.append({"work": "  back to back: " + ("append+score+select" if fused else "append, score+select"),
+        rows.append({"work": "  back to back: " + (route if fused else "append, " + route),
                      "impl": "skim", "ms": skim["graph_route_ms"], "rate": None, "unit": ""})
     if not fused:
         rows.append({"work": "  stage: append", "impl": "skim", "ms": skim["append_ms"], "rate": None, "unit": ""})
-    rows += [{"work": "  stage: " + ("append+score+select" if fused else "score+select"), "impl": "skim",
-              "ms": skim["route_ms"], "rate": None, "unit": ""},
-             {"work": "  stage: attend", "impl": "skim", "ms": skim["attend_ms"], "rate": None, "unit": ""}]
+    rows += [{"work": "  stage: " + route, "impl": "skim", "ms": skim["route_ms"], "rate": None, "unit": ""},
+             {"work": "  stage: " + attend, "impl": "skim", "ms": skim["attend_ms"], "rate": None, "unit": ""}]
     return rows
 
 

@@ -8,7 +8,9 @@
 //                                                               --fuse-append 0: append in its own launch;
 //                                                               graph_ms: reps steps back to back in one graph;
 //                                                               --share 1: one selection per sequence for all
-//                                                               its kv heads, decode over device_head_shared)
+//                                                               its kv heads, decode over device_head_shared;
+//                                                               --fuse-select 0: the router's select kernel
+//                                                               instead of decode selecting its own rows)
 //   common: --heads-q 32 --heads-kv 8 --dim 128 --bk 128 --bq 128 --dtype bf16|fp16
 //           --layout hnd|nhd (K/V head-major [heads_kv, tokens, dim], as the PyTorch peers hold them,
 //           or token-major [tokens, heads_kv, dim]; printed as "layout")
@@ -65,6 +67,7 @@ struct options {
   int cluster_merge = 1;  // decode, step: decode::merge_in_cluster
   int share = 0;          // step: decode_router::share_heads (one selection per sequence)
   int fuse_append = 1;  // step: append_newest folded into the router's score kernel (0: its own launch)
+  int fuse_select = 1;  // step: decode selects its rows (decode_router::routed; 0: the select kernel)
   std::string dtype = "bf16";
   std::string layout = "hnd";  // K/V: hnd (head-major) or nhd (token-major)
   std::string kernel = "auto";  // decode's split kernel: simt (CUDA cores), mma (tensor cores), auto
@@ -104,6 +107,7 @@ options parse(int argc, char** argv) {
     else if (k == "--fuse-append") o.fuse_append = std::atoi(v);
     else if (k == "--cluster-merge") o.cluster_merge = std::atoi(v);
     else if (k == "--share") o.share = std::atoi(v);
+    else if (k == "--fuse-select") o.fuse_select = std::atoi(v);
     else if (k == "--index-out") o.index_out = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -440,8 +444,17 @@ int run_step(const options& o) {
   using shared_t = skim::cuda::device_head_shared<skim::cuda::device_block_table>;
   const skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, shared_t, T> as{
       .prob = p, .q = a.q, .kv = kv, .index = shared_t{table, p.index_heads()}, .o = a.o};
+  // --fuse-select 1 (not with --share): the router only scores; decode selects each row where it
+  // reads it (decode_router::routed) and writes the same table.
+  const bool fuse_select = o.fuse_select != 0 && !o.share;
+  const std::span<float> scores(reinterpret_cast<float*>(route_ws.p), std::size_t(router.score_floats(p)));
+  skim::cuda::device_routed_table routed;
+  BENCH_STATUS(router.routed(p, scores, table, routed));
+  const skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_routed_table, T> ar{
+      .prob = p, .q = a.q, .kv = kv, .index = routed, .o = a.o};
   const auto attend = [&](cudaStream_t st) {
     if (o.share) BENCH_STATUS(exec.run(as, ws.p, ws_bytes, st));
+    else if (fuse_select) BENCH_STATUS(exec.run(ar, ws.p, ws_bytes, st));
     else BENCH_STATUS(exec.run(a, ws.p, ws_bytes, st));
   };
 
@@ -452,8 +465,14 @@ int run_step(const options& o) {
     if (!o.fuse_append) BENCH_STATUS(skim::cuda::append_newest(p, kv, sums, st));
   };
   const auto route = [&](cudaStream_t st) {
-    if (o.fuse_append) BENCH_STATUS(router.run(ra, kv, route_span, st));
-    else BENCH_STATUS(router.run(ra, route_span, st));
+    if (fuse_select) {
+      if (o.fuse_append) BENCH_STATUS(router.score(ra, kv, scores, st));
+      else BENCH_STATUS(router.score(ra, scores, st));
+    } else if (o.fuse_append) {
+      BENCH_STATUS(router.run(ra, kv, route_span, st));
+    } else {
+      BENCH_STATUS(router.run(ra, route_span, st));
+    }
   };
   const auto step = [&](cudaStream_t st) {
     append(st);
@@ -506,7 +525,6 @@ int run_step(const options& o) {
   // The same stages with reps steps back to back in one graph (time_graph: as decode's graph_ms), and
   // the score kernel and the routing alone that way: what a step costs inside an engine's captured
   // forward pass, where no graph launch of its own precedes it.
-  const std::span<float> scores(reinterpret_cast<float*>(route_ws.p), std::size_t(router.score_floats(p)));
   const double g_step = time_graph(o.reps, [&](int, cudaStream_t st) { step(st); });
   const double g_route = time_graph(o.reps, [&](int, cudaStream_t st) { append(st), route(st); });
   const double g_score = time_graph(o.reps, [&](int, cudaStream_t st) {
@@ -516,10 +534,10 @@ int run_step(const options& o) {
   std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
               "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"graph_ms\": %.5f, "
               "\"graph_route_ms\": %.5f, \"graph_score_ms\": %.5f, \"kernel\": \"%s\", "
-              "\"layout\": \"%s\", \"fuse_append\": %d, \"chunk_blocks\": %d, \"cluster_merge\": %d, \"share\": %d}\n",
+              "\"layout\": \"%s\", \"fuse_append\": %d, \"chunk_blocks\": %d, \"cluster_merge\": %d, \"share\": %d, \"fuse_select\": %d}\n",
               o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend),
               g_step, g_route, g_score, o.kernel.c_str(), o.layout.c_str(), o.fuse_append, exec.chunk(p, width),
-              o.cluster_merge, o.share);
+              o.cluster_merge, o.share, fuse_select ? 1 : 0);
   for (auto& ev : e) cudaEventDestroy(ev);
   cudaGraphExecDestroy(graph_exec);
   cudaGraphDestroy(graph);

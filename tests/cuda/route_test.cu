@@ -2,10 +2,12 @@
 // summarize::max_bound -> route::pooled_router -> select::reserved<select::top_k>: summaries equal to
 // a host min/max bit for bit (build and token-by-token append_newest), scores bit for bit, ids and
 // counts exactly; ties to lower ids; special scores (NaN, infinities, signed zeros) through select();
-// a captured CUDA graph replayed while the sequences grow; bad input reported, never crashing.
+// a captured CUDA graph replayed while the sequences grow; bad input reported, never crashing; a
+// routed table (decode selecting its own rows) against select() and decode over its table.
 #include "cuda/support.cuh"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -396,6 +398,89 @@ void check_route(const case_spec& s, const sc::decode_router& router, std::mt199
   expect_cpu_route(dd, full);
 }
 
+// decode_router::routed(): decode's split kernels select each row where they read it (no select
+// launch). The table they write must be select()'s, bit for bit (and the CPU pipeline's:
+// expect_cpu_route), and the output decode's over select()'s table, bit for bit: both split kernels,
+// whole rows and split rows (cluster merge, merge kernel), contiguous or paged K/V (V = K here). The
+// table is poisoned before every routed run, so each run must write it; O must be written everywhere.
+template <class T>
+void check_routed(const case_spec& s, const sc::decode_router& router, std::mt19937& rng) {
+  using skim::exec::cuda::decode;
+  using skim::exec::cuda::decode_kernel;
+  INFO(s.describe(), " | reduce ", std::string(route::to_string(router.router.reduce)), " sink ",
+       router.selector.sink, " local ", router.selector.local, " recency ", router.selector.recency, " k ",
+       router.selector.dynamic.k);
+  const random_case<T, T> c(s, rng);
+  device_decode<T, T, T> dd(c, router);
+  SKIM_REQUIRE_OK(dd.build());
+  const sc::device_problem p = dd.prob();
+  const std::span<float> scores(reinterpret_cast<float*>(dd.workspace.data()), dd.workspace.size() / sizeof(float));
+  SKIM_REQUIRE_OK(router.score(dd.args(), scores, nullptr));
+  buffer<std::int32_t> ids(dd.ids.size()), count(dd.count.size());
+  const sc::mutable_device_block_table selected{.ids = ids.data(), .count = count.data(), .width = dd.width,
+                                                .rows = dd.rows};
+  SKIM_REQUIRE_OK(router.select(p, scores, selected, nullptr));
+  sc::device_routed_table routed;
+  SKIM_REQUIRE_OK(router.routed(p, scores, dd.args().index, routed));
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  const std::vector<std::int32_t> want_ids = ids.download(), want_count = count.download();
+
+  const std::int32_t tokens_q = c.cu_q.back();
+  const std::size_t n_o = static_cast<std::size_t>(std::max(tokens_q, 1)) * p.heads_q * p.head_dim;
+  const std::size_t n_lse = static_cast<std::size_t>(std::max(tokens_q, 1)) * p.heads_q;
+  struct result {
+    std::vector<T> o;
+    std::vector<float> lse;
+  };
+  const auto attend = [&](const decode& dec, const auto& index) {
+    buffer<T> o(n_o);
+    buffer<float> lse(n_lse);
+    const std::size_t ws_bytes = dec.workspace_bytes(p, dd.width);
+    buffer<std::byte> ws(std::max<std::size_t>(ws_bytes, 1));
+    const auto run = [&](const auto& kv) {
+      using KV = std::decay_t<decltype(kv)>;
+      const sc::device_attention_args<T, KV, std::decay_t<decltype(index)>, T> a{
+          .prob = p, .q = sc::device_view<const T>::token_major(dd.q.data(), p.heads_q, p.head_dim), .kv = kv,
+          .index = index, .o = sc::device_view<T>::token_major(o.data(), p.heads_q, p.head_dim), .lse = lse.data()};
+      return dec.run(a, ws.data(), ws_bytes, nullptr);
+    };
+    SKIM_REQUIRE_OK(s.paged ? run(dd.paged()) : run(dd.contiguous()));
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+    return result{o.download(), lse.download()};
+  };
+  for (const decode_kernel k : {decode_kernel::cuda_cores, decode_kernel::tensor_cores}) {
+    for (const std::int32_t chunk : {0, 1, 3}) {
+      for (const bool cluster : {true, false}) {
+        INFO(std::string(k == decode_kernel::cuda_cores ? "cuda cores" : "tensor cores"), ", chunk_blocks ", chunk,
+             std::string(cluster ? ", cluster merge" : ", merge kernel"));
+        decode dec;
+        dec.kernel = k;
+        dec.chunk_blocks = chunk;
+        dec.merge_in_cluster = cluster;
+        const result want = attend(dec, sc::device_block_table(selected));
+        CHECK(dd.error_bits() == 0);
+        SKIM_CUDA_REQUIRE(cudaMemset(dd.ids.data(), 0xff, dd.ids.size() * sizeof(std::int32_t)));
+        SKIM_CUDA_REQUIRE(cudaMemset(dd.count.data(), 0xff, dd.count.size() * sizeof(std::int32_t)));
+        const result got = attend(dec, routed);
+        CHECK(dd.error_bits() == 0);
+        CHECK(dd.ids.download() == want_ids);
+        CHECK(dd.count.download() == want_count);
+        std::int64_t differ = 0, unwritten = 0;
+        for (std::size_t i = 0; i < static_cast<std::size_t>(tokens_q) * p.heads_q * p.head_dim; ++i) {
+          differ += bits_of(got.o[i]) != bits_of(want.o[i]);
+          unwritten += std::isnan(to_float(got.o[i]));
+        }
+        for (std::size_t i = 0; i < static_cast<std::size_t>(tokens_q) * p.heads_q; ++i) {
+          differ += bits_of(got.lse[i]) != bits_of(want.lse[i]);
+        }
+        CHECK_MESSAGE(differ == 0, differ, " output elements differ from decode over select()'s table");
+        CHECK_MESSAGE(unwritten == 0, unwritten, " output elements unwritten (NaN poison)");
+      }
+    }
+  }
+  expect_cpu_route(dd, kv_lengths(s));  // the table of the last routed run against the CPU pipeline
+}
+
 template <class TQ, class TKV, class TS>
 void check_summaries(const case_spec& s, std::mt19937& rng) {
   INFO(s.describe());
@@ -482,6 +567,48 @@ TEST_CASE("route small shared selection (share_heads) matches the CPU pooling") 
     check_route<bfloat16, bfloat16, bfloat16>(s, router, rng);
     check_route<float, float, float>(s, router, rng);
   }
+}
+
+// decode_router::routed(): decode selects each row itself (check_routed). Head dims decode takes.
+TEST_CASE("route small routed table: decode selects select()'s ids and attends alike") {
+  for (int iteration = 0; iteration < 6; ++iteration) {
+    const std::uint32_t seed = fresh_seed();
+    INFO("seed ", seed);
+    std::mt19937 rng(seed);
+    case_spec s = decode_spec(rng, 12, 4);
+    s.head_dim = skim::test::pick(rng, {64, 128});
+    check_routed<bfloat16>(s, random_router(rng), rng);
+  }
+}
+
+TEST_CASE("route decode routed table: random shapes and a serving shape") {
+  for (int iteration = 0; iteration < 12; ++iteration) {
+    const std::uint32_t seed = fresh_seed();
+    INFO("seed ", seed);
+    std::mt19937 rng(seed);
+    case_spec s = decode_spec(rng, 300, 6, 4'000'000);
+    s.head_dim = skim::test::pick(rng, {64, 128});
+    sc::decode_router router = random_router(rng);
+    router.selector.dynamic.k = skim::test::uniform(rng, 0, 40);
+    if (iteration % 2 == 0) {
+      check_routed<bfloat16>(s, router, rng);
+    } else {
+      check_routed<skim::half>(s, router, rng);
+    }
+  }
+  const std::uint32_t seed = fresh_seed();
+  INFO("seed ", seed);
+  std::mt19937 rng(seed);
+  case_spec s;  // B = 4, 32 query heads over 8 kv heads, head_dim 128, bk 128, ~8K keys, 16 blocks selected
+  s.heads_q = 32;
+  s.heads_kv = 8;
+  s.head_dim = 128;
+  s.block_kv = 128;
+  s.seqs.clear();
+  for (int b = 0; b < 4; ++b) s.seqs.push_back({1, 8192 + skim::test::uniform(rng, -300, 300)});
+  sc::decode_router router;
+  router.selector = {.sink = 1, .local = 2, .dynamic = {.k = 13}};
+  check_routed<bfloat16>(s, router, rng);
 }
 
 TEST_CASE("route decode random shapes match the CPU pipeline") {

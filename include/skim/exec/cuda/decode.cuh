@@ -46,7 +46,8 @@
 //    sliding_window: each split computes its ids), unions of them (walked id by id in every CTA of
 //    the row: cheap for rules, a dependent load per id of a stored part), or device_head_shared of
 //    any of these (one row per query block that every index head reads: row r reads row r /
-//    index_heads).
+//    index_heads). A device_routed_table (decode_router::routed) is selected by the split kernels
+//    themselves from the router's scores (one launch less a step; split 0 writes the table).
 //  - Ids per row: run(a, ...) sizes the grid for selected_bound(a.index) ids per row (a block_table's
 //    width, a block_csr's capacity, a rule's blocks, a union's sum, causal_all every block; all
 //    capped by max_kv_blocks); run(a, max_selected_blocks, ...)
@@ -116,6 +117,9 @@ struct decode {
   }
   [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_sliding_window& index) noexcept {
     return index.blocks > 0 ? index.blocks : 0;
+  }
+  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_routed_table& index) noexcept {
+    return index.table.width;
   }
   template <class A, class B>
   [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_union<A, B>& index) noexcept {
@@ -209,7 +213,8 @@ struct decode {
     static_assert(skim::cuda::is_device_element_v<TKV>, "cuda::decode: K/V must be skim::bfloat16 or skim::half");
     static_assert(skim::cuda::is_device_element_v<TO> || std::is_same_v<TO, float>,
                   "cuda::decode: O must be skim::bfloat16, skim::half or float");
-    static_assert(skim::cuda::is_device_index_v<Index>, "cuda::decode: the index must be a device index (index.cuh)");
+    static_assert(skim::cuda::is_device_index_v<Index> || skim::cuda::is_routed_device_index_v<Index>,
+                  "cuda::decode: the index must be a device index (index.cuh) or a device_routed_table");
     const skim::cuda::device_problem& p = a.prob;
     SKIM_TRY(skim::cuda::check_args(a));
     SKIM_TRY(can_implement(p));
@@ -221,6 +226,7 @@ struct decode {
                            static_cast<long long>(stored_rows(a.index)));
     }
     SKIM_TRY(check_alignment(a.kv));
+    if constexpr (skim::cuda::is_routed_device_index_v<Index>) SKIM_TRY(check_routed(p, a.index));
     const std::size_t need = workspace_bytes(p, max_selected_blocks);
     if (workspace_size < need || (need > 0 && workspace == nullptr)) {
       return status::error(status_code::workspace_too_small, "cuda::decode: workspace has %zu bytes, needs %zu",
@@ -298,6 +304,33 @@ struct decode {
   template <class Shared>
   [[nodiscard]] static std::int64_t stored_rows(const skim::cuda::device_head_shared<Shared>& index) noexcept {
     return stored_rows(index.shared);
+  }
+  [[nodiscard]] static std::int64_t stored_rows(const skim::cuda::device_routed_table& index) noexcept {
+    return index.table.rows;
+  }
+
+  // A routed table's rows are selected in the split kernels' K/V buffers (both kernels have at least
+  // decode_detail::kv_bytes there), for one query per sequence (the router's rows).
+  [[nodiscard]] static status check_routed(const skim::cuda::device_problem& p,
+                                           const skim::cuda::device_routed_table& index) noexcept {
+    if (p.max_seqlen_q > 1) {
+      return status::error(status_code::unsupported, "cuda::decode: a routed table needs max_seqlen_q <= 1, not %d",
+                           p.max_seqlen_q);
+    }
+    if (index.scores == nullptr && p.max_kv_blocks() > 0 && index.table.rows > 0) {
+      return status::error(status_code::invalid_argument, "cuda::decode: routed table's scores are null");
+    }
+    if (index.select.stride < p.max_kv_blocks()) {
+      return status::error(status_code::shape_mismatch, "cuda::decode: routed table's score rows of %lld floats < %d "
+                           "kv blocks", static_cast<long long>(index.select.stride), p.max_kv_blocks());
+    }
+    const std::size_t need = skim::cuda::device_routed_table::scratch_bytes(index.table.width, p.max_kv_blocks());
+    if (need > decode_detail::kv_bytes) {
+      return status::error(status_code::unsupported, "cuda::decode: selecting %d ids of %d kv blocks needs %zu bytes "
+                           "of shared memory > %zu", index.table.width, p.max_kv_blocks(), need,
+                           decode_detail::kv_bytes);
+    }
+    return status::success();
   }
 
   // Whether run() launches the tensor-core split kernel: `kernel`, resolved for Q/K/V types TQ, TKV

@@ -19,6 +19,7 @@
 
 #include "skim/exec/cuda/common.cuh"
 #include "skim/exec/cuda/ptx.cuh"
+#include "skim/exec/cuda/route_select.cuh"
 
 namespace skim::exec::cuda::decode_detail {
 
@@ -117,6 +118,7 @@ __device__ __forceinline__ void widen8(const uint4& w, float* f) noexcept {
 struct unit {
   device_row row;
   std::int64_t index_row = 0;
+  std::int32_t seq = 0;         // the sequence b
   std::int32_t heads = 1;       // query heads of the unit
   std::int32_t first_head = 0;  // first query head
   std::int32_t kv_head = 0;
@@ -133,6 +135,7 @@ struct unit {
   const std::int32_t b = static_cast<std::int32_t>(blockIdx.z) / q_blocks;
   const std::int32_t i = static_cast<std::int32_t>(blockIdx.z) % q_blocks;
   u.id = static_cast<std::int64_t>(blockIdx.z) * gridDim.y + ih;
+  u.seq = b;
   u.row = skim::cuda::make_device_row(p, b, i);
   const std::int64_t offset = warp_q_block_offset(p, b);  // every lane: keep the warp converged
   if (!u.row.ok) return false;
@@ -270,6 +273,42 @@ __device__ __forceinline__ skim::cuda::device_block_table::span row_span(const I
       }
       return {nullptr, n, c.malformed()};
     }
+  }
+}
+
+// The row a split kernel reads. A device_routed_table's row is selected here by the whole CTA
+// (route_select.cuh's select_row: the select kernel's ids, bit for bit) into shared memory at
+// `scratch` (device_routed_table::scratch_bytes, 16-byte aligned, free until the kernel's first
+// barrier after check_ids), and split 0 writes it to the table for the merge kernel and the engine.
+// Every other index: row_span. @pre called by all threads of the CTA (barriers inside for a routed table), before
+// anything else uses `scratch`
+template <class Index>
+__device__ __forceinline__ skim::cuda::device_block_table::span split_row_span(const device_problem& p,
+                                                                               const Index& index, const unit& u,
+                                                                               std::int32_t split, std::int32_t entry,
+                                                                               entry_ids& e,
+                                                                               unsigned char* scratch) noexcept {
+  if constexpr (skim::cuda::is_routed_device_index_v<Index>) {
+    namespace impl = skim::cuda::detail::route_impl;
+    const skim::cuda::mutable_device_block_table& t = index.table;
+    if (u.index_row < 0 || u.index_row >= t.rows) return {nullptr, 0, true};  // reported by check_ids (bad_count)
+    const impl::row_plan plan = impl::plan_row(u.row.visible_blocks, index.select);
+    auto& s = *reinterpret_cast<impl::select_scratch*>(scratch);
+    std::int32_t* const ids = reinterpret_cast<std::int32_t*>(scratch + sizeof(impl::select_scratch));
+    std::uint32_t* const keys = reinterpret_cast<std::uint32_t*>(ids + (t.width + 3) / 4 * 4);
+    const int count = impl::select_row<threads, false>(p, index.scores, u.seq, static_cast<int>(blockIdx.y), plan,
+                                                       index.select, ids, t.width, keys, s);
+    __syncthreads();  // the row's ids are complete
+    if (split == 0) {
+      for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < t.width; i += threads) {
+        t.ids[u.index_row * t.width + i] = ids[i];
+      }
+      if (threadIdx.x == 0) t.count[u.index_row] = count;
+    }
+    return {ids, count, false};
+  } else {
+    (void)p, (void)split, (void)scratch;
+    return row_span(index, u, entry, e);
   }
 }
 

@@ -90,6 +90,7 @@ inline constexpr std::size_t kv_bytes = static_cast<std::size_t>(warps) * stages
 inline constexpr std::size_t tok_bytes = static_cast<std::size_t>(warps) * stages * max_tile_keys * 4;
 static_assert(static_cast<std::size_t>(warps + 1) * m_tile * (128 + 2) * 4 <= kv_bytes,
               "the epilogue's states and a pass's partial (cluster merge) fit in the K/V buffers");
+static_assert(kv_bytes >= decode_detail::kv_bytes, "a routed table's selection fits the K/V buffers of both kernels");
 static_assert((kv_bytes + tok_bytes) % alignment == 0, "q starts on a 128-byte boundary (ldmatrix's XOR addressing)");
 
 [[nodiscard]] constexpr std::int32_t q16(std::int32_t rows) noexcept { return (rows + m_tile - 1) / m_tile * m_tile; }
@@ -126,7 +127,9 @@ __global__ void __launch_bounds__(threads, 1)
 
   // Global loads before anything waits on them, as in split_kernel: count, page list, ids, then Q.
   entry_ids e;
-  const skim::cuda::device_block_table::span span = row_span(a.index, u, entry, e);
+  // A routed table's row is selected in the K/V buffers (free until the pipeline starts).
+  const skim::cuda::device_block_table::span span =
+      split_row_span(p, a.index, u, split, entry, e, smem);
   const kv_rows<KV> src(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head);
   load_ids_early(a.index, u, lp, j, entry, e);
 

@@ -244,7 +244,9 @@ __global__ void __launch_bounds__(threads, 1)
   // count, the sequence's page list, this thread's id and its predecessor (a block_table's row
   // address does not depend on the count: loaded speculatively, inside the table), then Q.
   entry_ids e;
-  const skim::cuda::device_block_table::span span = row_span(a.index, u, entry, e);
+  // A routed table's row is selected in the K/V buffers (free until the pipeline starts).
+  const skim::cuda::device_block_table::span span =
+      split_row_span(p, a.index, u, split, entry, e, reinterpret_cast<unsigned char*>(kv_all));
   const kv_rows<KV> src(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head);
   load_ids_early(a.index, u, lp, j, entry, e);
 

@@ -384,15 +384,20 @@ template <class I>
 inline constexpr bool is_stored_device_index_v =
     std::is_same_v<I, device_block_table> || std::is_same_v<I, device_block_csr>;
 
-// Indices whose rows have an address, read by position through row(): the stored forms, and a
-// stored form shared by the index heads. Decode splits these by position and walks the others
-// through their cursors.
+// Indices whose rows have an address, read by position through row(): the stored forms, a stored
+// form shared by the index heads, and a routed table (its rows once decode selected them). Decode
+// splits these by position and walks the others through their cursors.
 template <class I>
 inline constexpr bool is_shared_stored_device_index_v = false;
 template <class I>
 inline constexpr bool is_shared_stored_device_index_v<device_head_shared<I>> = is_stored_device_index_v<I>;
+// A table decode fills as it reads it, from decode_router's scores (route_select.cuh): decode only.
+struct device_routed_table;
 template <class I>
-inline constexpr bool is_positional_device_index_v = is_stored_device_index_v<I> || is_shared_stored_device_index_v<I>;
+inline constexpr bool is_routed_device_index_v = std::is_same_v<I, device_routed_table>;
+template <class I>
+inline constexpr bool is_positional_device_index_v =
+    is_stored_device_index_v<I> || is_shared_stored_device_index_v<I> || is_routed_device_index_v<I>;
 
 // Every device index: stored forms, implicit rules, unions and shared rows of them (what prefill takes).
 template <class I>

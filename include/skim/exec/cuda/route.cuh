@@ -23,6 +23,8 @@
 // Two kernels: score every block into the workspace (route_kernels.cuh), then select each row's ids
 // (route_select.cuh). With share_heads the select kernel pools a sequence's index heads first
 // (route/head_pool.hpp) and writes one row per sequence: the CPU pipeline's share_heads, bit for bit.
+// Or one kernel and decode: routed() hands decode a device_routed_table, and decode's split kernels
+// run the select kernel's code on their own rows (same ids) before attending.
 //
 // Cost (H200, B = 8, heads_kv = 8, group 4, head_dim 128, bk = 128, N = 131072: 1024 blocks a row):
 // scoring reads 2 · 1024 · 128 summary elements per (sequence, kv head): 33.5 MB for the batch in
@@ -193,23 +195,9 @@ struct decode_router {
   [[nodiscard]] status select(const device_problem& p, std::span<const float> scores,
                               const mutable_device_block_table& index, cudaStream_t stream) const noexcept {
     namespace impl = detail::route_impl;
-    SKIM_TRY(can_implement(p));
-    SKIM_TRY(check_scores(p, scores.data(), scores.size()));
-    const std::int32_t w = width(p);
-    if (index.width < w) {
-      return status::error(status_code::shape_mismatch, "block_table width %d < %d ids a row may select",
-                           index.width, w);
-    }
-    if (index.rows < 0) return status::error(status_code::invalid_argument, "block_table rows %lld < 0",
-                                             static_cast<long long>(index.rows));
-    if (index.rows > 0 && (index.count == nullptr || (index.width > 0 && index.ids == nullptr))) {
-      return status::error(status_code::invalid_argument, "block_table ids/count are null with %lld rows",
-                           static_cast<long long>(index.rows));
-    }
+    SKIM_TRY(check_select(p, scores, index));
     if (p.batch == 0 || p.index_heads() == 0) return status::success();
-    const impl::select_params sp{.k = selector.dynamic.k, .sink = selector.sink,
-                                 .newest = std::max(selector.local, selector.recency ? 1 : 0),  // reserved::newest()
-                                 .stride = p.max_kv_blocks(), .relative = pool == head_pool::relative};
+    const impl::select_params sp = select_params_for(p);
     const dim3 grid(share_heads ? 1u : static_cast<unsigned>(p.index_heads()), static_cast<unsigned>(p.batch));
     const std::size_t smem = sizeof(std::uint32_t) * static_cast<std::size_t>(p.max_kv_blocks());
     if (share_heads) {
@@ -218,6 +206,20 @@ struct decode_router {
       impl::decode_select_kernel<false><<<grid, impl::select_threads, smem, stream>>>(p, scores.data(), index, sp);
     }
     return check_launch("decode_select_kernel");
+  }
+
+  // select() left to decode: a device_routed_table over `index` that skim::exec::cuda::decode::run
+  // takes as its index; decode's split kernels then select each row (select()'s ids, bit for bit)
+  // where they read it, and write `index` as select() would. A decode step is then score() and
+  // decode: one launch less. Checks what select() checks; share_heads is unsupported here.
+  [[nodiscard]] status routed(const device_problem& p, std::span<const float> scores,
+                              const mutable_device_block_table& index, device_routed_table& out) const noexcept {
+    SKIM_TRY(check_select(p, scores, index));
+    if (share_heads) {
+      return status::error(status_code::unsupported, "decode_router::routed: share_heads rows are selected by select()");
+    }
+    out = device_routed_table{.table = index, .scores = scores.data(), .select = select_params_for(p)};
+    return status::success();
   }
 
   // score() into the workspace, then select(): one decode step's routing, two launches on `stream`.
@@ -242,6 +244,30 @@ struct decode_router {
   }
 
  private:
+  // What select() and routed() check: the problem, the scores' size, the table's shape.
+  [[nodiscard]] status check_select(const device_problem& p, std::span<const float> scores,
+                                    const mutable_device_block_table& index) const noexcept {
+    SKIM_TRY(can_implement(p));
+    SKIM_TRY(check_scores(p, scores.data(), scores.size()));
+    const std::int32_t w = width(p);
+    if (index.width < w) {
+      return status::error(status_code::shape_mismatch, "block_table width %d < %d ids a row may select",
+                           index.width, w);
+    }
+    if (index.rows < 0) return status::error(status_code::invalid_argument, "block_table rows %lld < 0",
+                                             static_cast<long long>(index.rows));
+    if (index.rows > 0 && (index.count == nullptr || (index.width > 0 && index.ids == nullptr))) {
+      return status::error(status_code::invalid_argument, "block_table ids/count are null with %lld rows",
+                           static_cast<long long>(index.rows));
+    }
+    return status::success();
+  }
+  [[nodiscard]] detail::route_impl::select_params select_params_for(const device_problem& p) const noexcept {
+    return {.k = selector.dynamic.k, .sink = selector.sink,
+            .newest = std::max(selector.local, selector.recency ? 1 : 0),  // reserved::newest()
+            .stride = p.max_kv_blocks(), .relative = pool == head_pool::relative};
+  }
+
   [[nodiscard]] static std::int32_t heads_per_row(const device_problem& p) noexcept {
     return p.scope == index_scope::kv_head ? p.group_size() : 1;
   }

@@ -8,6 +8,8 @@
 // candidates' scores in shared memory (<= max_blocks), a 4-pass radix select (8 bits a pass,
 // warp-aggregated shared-memory histograms) finds the k-th best key and how many of its ties to
 // keep; one block-wide scan in id order writes the chosen ids ascending (ties: lower ids first).
+// select_row is that selection for any CTA size: the select kernel runs it with 1024 threads, decode's
+// split kernels with 256 for a device_routed_table (selected where it is read: no select launch).
 
 #include <cstddef>
 #include <cstdint>
@@ -23,8 +25,6 @@ namespace detail::route_impl {
 
 // Select kernel geometry.
 inline constexpr int select_threads = 1024;  // a row of up to 1024 candidates: one key per thread and pass
-inline constexpr int select_warps = select_threads / 32;
-static_assert(select_warps <= 32, "block_exclusive_scan scans the warp sums in one warp");
 inline constexpr int radix_bins = 256;
 
 struct select_params {
@@ -41,9 +41,21 @@ struct select_params {
   return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
 }
 
-// Exclusive prefix sum of x over the CTA's threads in thread order. warp_sums: [32] shared.
+// Shared memory of one CTA's selection besides its keys (select_row).
+struct alignas(16) select_scratch {
+  std::uint32_t hist[radix_bins];
+  std::uint32_t warp_sums[32];
+  float warp_best[32];
+  std::uint32_t found_prefix;
+  std::int32_t found_remaining;
+};
+
+// Exclusive prefix sum of x over the CTA's Threads threads in thread order. warp_sums: [32] shared.
+template <int Threads>
 [[nodiscard]] __device__ __forceinline__ std::uint32_t block_exclusive_scan(std::uint32_t x,
                                                                             std::uint32_t* warp_sums) noexcept {
+  constexpr int warps = Threads / 32;
+  static_assert(Threads % 32 == 0 && warps <= 32, "the warp sums are scanned in one warp");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   std::uint32_t incl = x;
@@ -55,21 +67,22 @@ struct select_params {
   if (lane == 31) warp_sums[warp] = incl;
   __syncthreads();
   if (warp == 0) {
-    const std::uint32_t w = lane < select_warps ? warp_sums[lane] : 0u;
+    const std::uint32_t w = lane < warps ? warp_sums[lane] : 0u;
     std::uint32_t wi = w;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const std::uint32_t y = __shfl_up_sync(full_mask, wi, o);
       if (lane >= o) wi += y;
     }
-    if (lane < select_warps) warp_sums[lane] = wi - w;
+    if (lane < warps) warp_sums[lane] = wi - w;
   }
   __syncthreads();
   return incl - x + warp_sums[warp];
 }
 
 // The largest of every thread's x (fmaxf; equal for any order up to the sign of a zero maximum, which
-// selection ranks as +0). warp_best: [32] shared. @pre called by all threads of the CTA
+// selection ranks as +0). warp_best: [32] shared. @pre called by all Threads threads of the CTA
+template <int Threads>
 [[nodiscard]] __device__ __forceinline__ float block_max(float x, float* warp_best) noexcept {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
@@ -79,13 +92,14 @@ struct select_params {
   if (lane == 0) warp_best[warp] = x;
   __syncthreads();
   float m = warp_best[0];
-  for (int w = 1; w < select_warps; ++w) m = fmaxf(m, warp_best[w]);
+  for (int w = 1; w < Threads / 32; ++w) m = fmaxf(m, warp_best[w]);
   return m;
 }
 
 // The keys of a shared row: for candidate i of [a, a + n), the query block's heads' scores pooled as
 // route/head_pool.hpp defines it (head_pool_offset over the visible blocks [0, v), then the fold over
 // the heads in order), as order-preserving keys. Each thread pools its own candidates, in keys.
+template <int Threads>
 __device__ __forceinline__ void pool_heads(const device_problem& p, const float* seq_scores, const select_params& sp,
                                            int a, int n, int v, std::uint32_t* keys, float* warp_best) noexcept {
   const int tid = static_cast<int>(threadIdx.x);
@@ -95,96 +109,35 @@ __device__ __forceinline__ void pool_heads(const device_problem& p, const float*
     float offset = 0.0f;
     if (sp.relative) {
       float best = neg_inf;
-      for (int j = tid; j < v; j += select_threads) {
+      for (int j = tid; j < v; j += Threads) {
         const float x = hs[j];
         best = isfinite(x) && x > best ? x : best;
       }
-      best = block_max(best, warp_best);
+      best = block_max<Threads>(best, warp_best);
       offset = isfinite(best) ? best : 0.0f;
     }
-    for (int i = tid; i < n; i += select_threads) pooled[i] = pool_fold(h, hs[a + i] - offset, pooled[i]);
+    for (int i = tid; i < n; i += Threads) pooled[i] = pool_fold(h, hs[a + i] - offset, pooled[i]);
   }
-  for (int i = tid; i < n; i += select_threads) keys[i] = rank_key(pooled[i]);
+  for (int i = tid; i < n; i += Threads) keys[i] = rank_key(pooled[i]);
 }
 
-// Grid (index head, sequence), or (1, sequence) for Shared rows (one per query block, the heads'
-// scores pooled). Dynamic shared memory: keys [stride] (the row's candidates).
-template <bool Shared>
-__global__ void __launch_bounds__(select_threads)
-    decode_select_kernel(device_problem p, const float* scores, mutable_device_block_table t, select_params sp) {
-  extern __shared__ std::uint32_t route_select_keys[];
-  std::uint32_t* keys = route_select_keys;
-  __shared__ std::uint32_t hist[radix_bins];
-  __shared__ std::uint32_t warp_sums[32];
-  __shared__ std::uint32_t found_prefix;
-  __shared__ std::int32_t found_remaining;
-  __shared__ float warp_best[32];
-
-  const int h = Shared ? 0 : static_cast<int>(blockIdx.x);
-  const int b = static_cast<int>(blockIdx.y);
+// The k-th best of keys [0, n) and its ties: the threshold key and how many candidates equal to it
+// are kept (`remaining`), by a 4-pass radix select (8 bits a pass from the top, warp-aggregated
+// shared-memory histograms). @pre 0 < take < n; keys written and visible to the CTA's threads
+template <int Threads>
+__device__ __forceinline__ void radix_threshold(const std::uint32_t* keys, int n, int take, select_scratch& s,
+                                                std::uint32_t& threshold, int& remaining) noexcept {
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const device_row r = make_device_row(p, b, 0);
-  if (!r.ok) return;  // no query: no row (or bad lengths, reported)
-  const std::int64_t q_block = p.cu_seqlens_q[b] - p.cu_seqlens_q[0];  // decode: one query a block
-  const std::int64_t row = Shared ? q_block : q_block * p.index_heads() + h;
-  if (row < 0 || row >= t.rows) {
-    if (tid == 0) report(p, bad_seqlen);
-    return;
-  }
-
-  // reserved<top_k>: sink [0, a), local [bb, v), top-k of [a, bb).
-  const int v = r.visible_blocks;
-  const int a = sp.sink < v ? sp.sink : v;
-  const int newest = sp.newest < v ? sp.newest : v;
-  const int bb = v - newest > a ? v - newest : a;
-  const int n = bb - a;
-  const int take = sp.k < n ? sp.k : n;
-  const int count = a + take + (v - bb);
-  std::int32_t* out = t.ids + row * t.width;
-  for (int i = tid; i < t.width; i += select_threads) {  // reserved ids and padding
-    if (i < a) {
-      out[i] = i;
-    } else if (i >= a + take) {
-      out[i] = i < count ? bb + (i - a - take) : index::block_table::pad;
-    }
-  }
-  if (tid == 0) t.count[row] = count;
-  if (take == 0) return;
-  if (take == n) {
-    for (int i = tid; i < n; i += select_threads) out[a + i] = a + i;
-    return;
-  }
-
-  if constexpr (Shared) {
-    pool_heads(p, scores + static_cast<std::int64_t>(b) * p.index_heads() * sp.stride, sp, a, n, v, keys, warp_best);
-  } else {
-    const float* row_scores = scores + (static_cast<std::int64_t>(b) * p.index_heads() + h) * sp.stride + a;
-    constexpr int key_batch = 4;  // loads in flight per thread before their keys are stored
-    for (int base = 0; base < n; base += key_batch * select_threads) {
-      float x[key_batch];
-#pragma unroll
-      for (int u = 0; u < key_batch; ++u) {
-        const int i = base + u * select_threads + tid;
-        x[u] = i < n ? row_scores[i] : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < key_batch; ++u) {
-        const int i = base + u * select_threads + tid;
-        if (i < n) keys[i] = rank_key(x[u]);
-      }
-    }
-  }
-
-  // Radix select of the take-th largest key, 8 bits a pass from the top. Invariant: at least
-  // `remaining` >= 1 candidates match `prefix` under `mask`, and take - remaining candidates beat it.
+  // Invariant: at least `remaining` >= 1 candidates match `prefix` under `mask`, and take - remaining
+  // candidates beat it.
   std::uint32_t prefix = 0, mask = 0;
-  int remaining = take;
+  remaining = take;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = tid; i < radix_bins; i += select_threads) hist[i] = 0;
+    for (int i = tid; i < radix_bins; i += Threads) s.hist[i] = 0;
     __syncthreads();  // hist zeroed (and, the first time, keys written)
-    for (int base = 0; base < n; base += select_threads) {  // whole warps iterate: __match_any_sync
+    for (int base = 0; base < n; base += Threads) {  // whole warps iterate: __match_any_sync
       const int i = base + tid;
       int bin = -1;
       if (i < n) {
@@ -193,7 +146,7 @@ __global__ void __launch_bounds__(select_threads)
       }
       const unsigned peers = __match_any_sync(full_mask, bin);
       if (bin >= 0 && lane == __ffs(static_cast<int>(peers)) - 1) {
-        atomicAdd(&hist[bin], static_cast<std::uint32_t>(__popc(peers)));
+        atomicAdd(&s.hist[bin], static_cast<std::uint32_t>(__popc(peers)));
       }
     }
     __syncthreads();
@@ -202,7 +155,7 @@ __global__ void __launch_bounds__(select_threads)
       std::uint32_t mine = 0;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        c[e] = hist[lane * 8 + e];
+        c[e] = s.hist[lane * 8 + e];
         mine += c[e];
       }
       std::uint32_t suffix = mine;  // candidates in bins of lanes >= lane
@@ -224,20 +177,88 @@ __global__ void __launch_bounds__(select_threads)
           }
           seen += c[e];
         }
-        found_prefix = prefix | (static_cast<std::uint32_t>(digit) << shift);
-        found_remaining = remaining - static_cast<int>(before);
+        s.found_prefix = prefix | (static_cast<std::uint32_t>(digit) << shift);
+        s.found_remaining = remaining - static_cast<int>(before);
       }
     }
     __syncthreads();
-    prefix = found_prefix;
-    remaining = found_remaining;
+    prefix = s.found_prefix;
+    remaining = s.found_remaining;
     mask |= 0xffu << shift;
   }
+  threshold = prefix;
+}
+
+// A row of v visible blocks under reserved<top_k>: sink [0, a), local [bb, v), and the top `take` of
+// the n candidates [a, bb); count ids in all.
+struct row_plan {
+  int a = 0, bb = 0, n = 0, take = 0, count = 0;
+  int visible = 0;
+};
+[[nodiscard]] __device__ __forceinline__ row_plan plan_row(int v, const select_params& sp) noexcept {
+  row_plan r;
+  r.visible = v;
+  r.a = sp.sink < v ? sp.sink : v;
+  const int newest = sp.newest < v ? sp.newest : v;
+  r.bb = v - newest > r.a ? v - newest : r.a;
+  r.n = r.bb - r.a;
+  r.take = sp.k < r.n ? sp.k : r.n;
+  r.count = r.a + r.take + (v - r.bb);
+  return r;
+}
+
+// Selects row (sequence b, index head h; Shared: the sequence's heads pooled) of the router's
+// scores as `plan` (plan_row) says: sink, the top `take` candidates by score (ties: lower ids first),
+// local, ids ascending in out[0, count), index::block_table::pad in [count, width). Returns count. out may be global or shared memory; keys: shared, room for the
+// row's candidates (<= max_blocks). Called by all Threads threads with the same arguments (barriers
+// inside); out is complete once a barrier follows. @pre width >= count (decode_router::width)
+template <int Threads, bool Shared>
+[[nodiscard]] __device__ __forceinline__ int select_row(const device_problem& p, const float* scores, int b, int h,
+                                                         const row_plan& plan, const select_params& sp,
+                                                         std::int32_t* out, int width, std::uint32_t* keys,
+                                                         select_scratch& s) noexcept {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int a = plan.a, bb = plan.bb, n = plan.n, take = plan.take, count = plan.count, v = plan.visible;
+  for (int i = tid; i < width; i += Threads) {  // reserved ids and padding
+    if (i < a) {
+      out[i] = i;
+    } else if (i >= a + take) {
+      out[i] = i < count ? bb + (i - a - take) : index::block_table::pad;
+    }
+  }
+  if (take == n) {
+    for (int i = tid; i < n; i += Threads) out[a + i] = a + i;
+    return count;
+  }
+  if (take == 0) return count;
+
+  if constexpr (Shared) {
+    pool_heads<Threads>(p, scores + static_cast<std::int64_t>(b) * p.index_heads() * sp.stride, sp, a, n, v, keys,
+                        s.warp_best);
+  } else {
+    const float* row_scores = scores + (static_cast<std::int64_t>(b) * p.index_heads() + h) * sp.stride + a;
+    constexpr int key_batch = 4;  // loads in flight per thread before their keys are stored
+    for (int base = 0; base < n; base += key_batch * Threads) {
+      float x[key_batch];
+#pragma unroll
+      for (int u = 0; u < key_batch; ++u) {
+        const int i = base + u * Threads + tid;
+        x[u] = i < n ? row_scores[i] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < key_batch; ++u) {
+        const int i = base + u * Threads + tid;
+        if (i < n) keys[i] = rank_key(x[u]);
+      }
+    }
+  }
+  std::uint32_t threshold = 0;
+  int remaining = 0;
+  radix_threshold<Threads>(keys, n, take, s, threshold, remaining);
 
   // Keys above the threshold, and the first `remaining` equal to it in id order, in id order: each
   // thread takes a contiguous run of candidates; one scan counts (above, equal) before it.
-  const std::uint32_t threshold = prefix;
-  const int per = (n + select_threads - 1) / select_threads;
+  const int per = (n + Threads - 1) / Threads;
   const int first = tid * per < n ? tid * per : n;
   const int last = first + per < n ? first + per : n;
   std::uint32_t packed = 0;  // equal << 16 | above; both <= max_blocks < 2^16
@@ -245,7 +266,7 @@ __global__ void __launch_bounds__(select_threads)
     const std::uint32_t u = keys[i];
     packed += u > threshold ? 1u : (u == threshold ? 1u << 16 : 0u);
   }
-  const std::uint32_t before = block_exclusive_scan(packed, warp_sums);
+  const std::uint32_t before = block_exclusive_scan<Threads>(packed, s.warp_sums);
   std::uint32_t above = before & 0xffffu, equal = before >> 16;
   const auto ties = static_cast<std::uint32_t>(remaining);
   for (int i = first; i < last; ++i) {
@@ -258,8 +279,63 @@ __global__ void __launch_bounds__(select_threads)
       ++equal;
     }
   }
+  return count;
+}
+
+// Grid (index head, sequence), or (1, sequence) for Shared rows (one per query block, the heads'
+// scores pooled). Dynamic shared memory: keys [stride] (the row's candidates).
+template <bool Shared>
+__global__ void __launch_bounds__(select_threads)
+    decode_select_kernel(device_problem p, const float* scores, mutable_device_block_table t, select_params sp) {
+  extern __shared__ std::uint32_t route_select_keys[];
+  __shared__ select_scratch scratch;
+  const int h = Shared ? 0 : static_cast<int>(blockIdx.x);
+  const int b = static_cast<int>(blockIdx.y);
+  const device_row r = make_device_row(p, b, 0);
+  if (!r.ok) return;  // no query: no row (or bad lengths, reported)
+  const std::int64_t q_block = p.cu_seqlens_q[b] - p.cu_seqlens_q[0];  // decode: one query a block
+  const std::int64_t row = Shared ? q_block : q_block * p.index_heads() + h;
+  if (row < 0 || row >= t.rows) {
+    if (threadIdx.x == 0) report(p, bad_seqlen);
+    return;
+  }
+  const int count = select_row<select_threads, Shared>(p, scores, b, h, plan_row(r.visible_blocks, sp), sp,
+                                                       t.ids + row * t.width, t.width, route_select_keys, scratch);
+  if (threadIdx.x == 0) t.count[row] = count;
 }
 
 }  // namespace detail::route_impl
+
+// A decode_router selection that skim::exec::cuda::decode makes as it reads it: each split CTA of
+// decode selects its row's ids from the router's scores with select_row (the select kernel's code:
+// the same ids, bit for bit) into shared memory, and split 0 writes the row (ids, count) to `table`,
+// for the merge kernel of the same run and for the engine. It saves the select kernel's launch in a
+// decode step (score, then decode). Made by decode_router::routed(); only decode reads it (it has no
+// cursor: before decode ran, the table holds nothing of this step). Per-index-head rows only (no
+// share_heads), one query per sequence.
+struct device_routed_table {
+  mutable_device_block_table table;  // [rows, width >= decode_router::width(p)], written
+  const float* scores = nullptr;     // [batch, index_heads, select.stride], as decode_router::score writes them
+  detail::route_impl::select_params select{};
+
+  // Row r as written by this step's decode (the merge kernel reads it after the split kernel).
+  [[nodiscard]] __device__ __forceinline__ device_block_table::span row(std::int64_t r) const noexcept {
+    return device_block_table(table).row(r);
+  }
+  // Shared memory a CTA's selection needs: scratch, the row's ids (width), candidate keys (max_kv_blocks).
+  [[nodiscard]] static constexpr std::size_t scratch_bytes(std::int32_t width, std::int32_t max_kv_blocks) noexcept {
+    return sizeof(detail::route_impl::select_scratch) + (static_cast<std::size_t>(width) * 4 + 15) / 16 * 16 +
+           static_cast<std::size_t>(max_kv_blocks) * 4;
+  }
+
+  [[nodiscard]] status validate() const noexcept {
+    SKIM_TRY(device_block_table(table).validate());
+    if (select.k < 0 || select.sink < 0 || select.newest < 0 || select.stride < 0) {
+      return status::error(status_code::invalid_argument, "routed table: k %d, sink %d, newest %d, stride %lld (< 0)",
+                           select.k, select.sink, select.newest, static_cast<long long>(select.stride));
+    }
+    return status::success();
+  }
+};
 
 }  // namespace skim::cuda
