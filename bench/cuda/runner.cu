@@ -449,7 +449,7 @@ int run_step(const options& o) {
   const bool fuse_select = o.fuse_select != 0 && !o.share;
   const std::span<float> scores(reinterpret_cast<float*>(route_ws.p), std::size_t(router.score_floats(p)));
   skim::cuda::device_routed_table routed;
-  BENCH_STATUS(router.routed(p, scores, table, routed));
+  if (fuse_select) BENCH_STATUS(router.routed(p, scores, table, routed));
   const skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_routed_table, T> ar{
       .prob = p, .q = a.q, .kv = kv, .index = routed, .o = a.o};
   const auto attend = [&](cudaStream_t st) {
