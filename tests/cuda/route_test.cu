@@ -864,3 +864,65 @@ TEST_CASE("route small bad input: host bounds rejected, device lengths reported"
   CHECK(count[1] == -1);
   CHECK(count[2] == 3);  // sequence 1 (40 keys, 3 blocks) is routed: sink 1 and local 2
 }
+
+// decode_router::routed() and decode::run over a device_routed_table: what the host rejects, each
+// with its status; the well-formed table still runs.
+TEST_CASE("route small routed table: bad input rejected on the host") {
+  const std::uint32_t seed = fresh_seed();
+  INFO("seed ", seed);
+  std::mt19937 rng(seed);
+  case_spec s;
+  s.heads_q = 4;
+  s.heads_kv = 1;
+  s.head_dim = 64;
+  s.block_kv = 16;
+  s.seqs = {{1, 100}, {1, 40}};
+  const random_case<bfloat16, bfloat16> c(s, rng);
+  sc::decode_router router;
+  router.selector = {.sink = 1, .local = 2, .dynamic = {.k = 2}};
+  device_decode<bfloat16, bfloat16, bfloat16> dd(c, router);
+  const sc::device_problem p = dd.prob();
+  const std::span<float> scores(reinterpret_cast<float*>(dd.workspace.data()), dd.workspace.size() / sizeof(float));
+  SKIM_REQUIRE_OK(dd.build());
+  SKIM_REQUIRE_OK(router.score(dd.args(), scores, nullptr));
+
+  sc::device_routed_table rt;
+  sc::decode_router shared = router;
+  shared.share_heads = true;
+  CHECK(shared.routed(p, scores, dd.args().index, rt).code() == status_code::unsupported);
+  auto narrow = dd.args().index;
+  narrow.width = dd.width - 1;
+  CHECK(router.routed(p, scores, narrow, rt).code() == status_code::shape_mismatch);
+  CHECK(router.routed(p, scores.first(scores.size() - 1), dd.args().index, rt).code() == status_code::shape_mismatch);
+  SKIM_REQUIRE_OK(router.routed(p, scores, dd.args().index, rt));
+
+  buffer<bfloat16> o(static_cast<std::size_t>(2 * p.heads_q * p.head_dim));
+  const skim::exec::cuda::decode dec;
+  const auto run = [&](const sc::device_problem& pp, const sc::device_routed_table& r) {
+    const sc::device_attention_args<bfloat16, sc::device_contiguous_kv<bfloat16>, sc::device_routed_table, bfloat16> a{
+        .prob = pp, .q = sc::device_view<const bfloat16>::token_major(dd.q.data(), p.heads_q, p.head_dim),
+        .kv = dd.contiguous(), .index = r, .o = sc::device_view<bfloat16>::token_major(o.data(), p.heads_q, p.head_dim)};
+    const std::size_t ws_bytes = dec.workspace_bytes(pp, r.table.width);
+    buffer<std::byte> ws(std::max<std::size_t>(ws_bytes, 1));
+    return dec.run(a, ws.data(), ws_bytes, nullptr).code();
+  };
+  sc::device_routed_table bad = rt;
+  bad.table.width = dd.width - 1;
+  CHECK(run(p, bad) == status_code::shape_mismatch);  // fewer ids than a row may select
+  bad = rt;
+  bad.select.stride = p.max_kv_blocks() - 1;
+  CHECK(run(p, bad) == status_code::shape_mismatch);  // score rows shorter than the blocks
+  bad = rt;
+  bad.scores = nullptr;
+  CHECK(run(p, bad) == status_code::invalid_argument);
+  bad = rt;
+  bad.select.k = -1;
+  CHECK(run(p, bad) == status_code::invalid_argument);
+  sc::device_problem speculative = p;
+  speculative.max_seqlen_q = 2;
+  CHECK(run(speculative, rt) == status_code::unsupported);  // the router's rows are one query each
+  CHECK(run(p, rt) == status_code::ok);
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK(dd.error_bits() == 0);
+  expect_cpu_route(dd, kv_lengths(s));
+}

@@ -320,6 +320,11 @@ struct decode {
     if (index.scores == nullptr && p.max_kv_blocks() > 0 && index.table.rows > 0) {
       return status::error(status_code::invalid_argument, "cuda::decode: routed table's scores are null");
     }
+    const std::int32_t most = skim::cuda::detail::route_impl::plan_row(p.max_kv_blocks(), index.select).count;
+    if (index.table.width < most) {
+      return status::error(status_code::shape_mismatch, "cuda::decode: routed table width %d < %d ids a row may select",
+                           index.table.width, most);
+    }
     if (index.select.stride < p.max_kv_blocks()) {
       return status::error(status_code::shape_mismatch, "cuda::decode: routed table's score rows of %lld floats < %d "
                            "kv blocks", static_cast<long long>(index.select.stride), p.max_kv_blocks());

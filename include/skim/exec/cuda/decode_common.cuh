@@ -280,8 +280,8 @@ __device__ __forceinline__ skim::cuda::device_block_table::span row_span(const I
 // (route_select.cuh's select_row: the select kernel's ids, bit for bit) into shared memory at
 // `scratch` (device_routed_table::scratch_bytes, 16-byte aligned, free until the kernel's first
 // barrier after check_ids), and split 0 writes it to the table for the merge kernel and the engine.
-// Every other index: row_span. @pre called by all threads of the CTA (barriers inside for a routed table), before
-// anything else uses `scratch`
+// Every other index: row_span. @pre called by all threads of the CTA (barriers inside for a routed
+// table), before anything else uses `scratch`
 template <class Index>
 __device__ __forceinline__ skim::cuda::device_block_table::span split_row_span(const device_problem& p,
                                                                                const Index& index, const unit& u,

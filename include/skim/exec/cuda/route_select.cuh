@@ -190,12 +190,12 @@ __device__ __forceinline__ void radix_threshold(const std::uint32_t* keys, int n
 }
 
 // A row of v visible blocks under reserved<top_k>: sink [0, a), local [bb, v), and the top `take` of
-// the n candidates [a, bb); count ids in all.
+// the n candidates [a, bb); count ids in all (never fewer for a longer row).
 struct row_plan {
   int a = 0, bb = 0, n = 0, take = 0, count = 0;
   int visible = 0;
 };
-[[nodiscard]] __device__ __forceinline__ row_plan plan_row(int v, const select_params& sp) noexcept {
+[[nodiscard]] SKIM_HOST_DEVICE constexpr row_plan plan_row(int v, const select_params& sp) noexcept {
   row_plan r;
   r.visible = v;
   r.a = sp.sink < v ? sp.sink : v;
