@@ -5,6 +5,7 @@
 // SKIM_ASSERT       always on; for invariants at API edges that a caller cannot violate
 //                   through data (data errors are reported as skim::status values).
 // SKIM_DASSERT      debug-only; for hot loops.
+// SKIM_UNROLL(n)    unroll the next loop n times (hot loops whose trip count is known only at run time).
 
 #include <cstdio>
 #include <cstdlib>
@@ -18,9 +19,12 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define SKIM_FORCEINLINE inline __attribute__((always_inline))
 #define SKIM_RESTRICT __restrict__
+#define SKIM_PRAGMA(x) _Pragma(#x)
+#define SKIM_UNROLL(n) SKIM_PRAGMA(GCC unroll n)  // the next loop, unrolled n times (GCC and Clang)
 #else
 #define SKIM_FORCEINLINE inline
 #define SKIM_RESTRICT
+#define SKIM_UNROLL(n)
 #endif
 
 #define SKIM_ASSERT(cond)                                                                        \
