@@ -320,7 +320,7 @@ struct device_routed_table {
 
   // Row r as written by this step's decode (the merge kernel reads it after the split kernel).
   [[nodiscard]] __device__ __forceinline__ device_block_table::span row(std::int64_t r) const noexcept {
-    return device_block_table(table).row(r);
+    return device_block_table{table.ids, table.count, table.width, table.rows}.row(r);
   }
   // Shared memory a CTA's selection needs: scratch, the row's ids (width), candidate keys (max_kv_blocks).
   [[nodiscard]] static constexpr std::size_t scratch_bytes(std::int32_t width, std::int32_t max_kv_blocks) noexcept {
