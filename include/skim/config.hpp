@@ -20,7 +20,11 @@
 #define SKIM_FORCEINLINE inline __attribute__((always_inline))
 #define SKIM_RESTRICT __restrict__
 #define SKIM_PRAGMA(x) _Pragma(#x)
+#if defined(__CUDACC__)
+#define SKIM_UNROLL(n)  // nvcc's front end does not know GCC's pragma (CUDA translation units run no CPU hot loop)
+#else
 #define SKIM_UNROLL(n) SKIM_PRAGMA(GCC unroll n)  // the next loop, unrolled n times (GCC and Clang)
+#endif
 #else
 #define SKIM_FORCEINLINE inline
 #define SKIM_RESTRICT

@@ -34,6 +34,17 @@ std::uint32_t fresh_seed() {
   return rd();
 }
 
+// Runs f(rng, iteration) `iterations` times, each rng from a fresh seed that a failure reports.
+template <class F>
+void seeded(int iterations, F&& f) {
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    const std::uint32_t seed = fresh_seed();
+    INFO("seed ", seed);
+    std::mt19937 rng(seed);
+    f(rng, iteration);
+  }
+}
+
 template <class T>
 std::uint32_t bits_of(T x) {
   if constexpr (std::is_same_v<T, float>) {
@@ -523,69 +534,54 @@ void check_summaries(const case_spec& s, std::mt19937& rng) {
 }  // namespace
 
 TEST_CASE("route small build and append_newest match the host's min and max") {
-  for (int iteration = 0; iteration < 6; ++iteration) {
-    const std::uint32_t seed = fresh_seed();
-    INFO("seed ", seed);
-    std::mt19937 rng(seed);
+  seeded(6, [&](std::mt19937& rng, int) {
     case_spec s = decode_spec(rng, 5, 3);
     s.block_kv = skim::test::pick(rng, {16, 32});
     check_summaries<float, float, float>(s, rng);
     check_summaries<bfloat16, bfloat16, bfloat16>(s, rng);
     check_summaries<bfloat16, bfloat16, float>(s, rng);
     check_summaries<skim::half, skim::half, skim::half>(s, rng);
-  }
+  });
 }
 
 TEST_CASE("route small decode selection matches the CPU pipeline") {
-  for (int iteration = 0; iteration < 8; ++iteration) {
-    const std::uint32_t seed = fresh_seed();
-    INFO("seed ", seed);
-    std::mt19937 rng(seed);
+  seeded(8, [&](std::mt19937& rng, int) {
     const case_spec s = decode_spec(rng, 12, 4);
     const sc::decode_router router = random_router(rng);
     check_route<float, float, float>(s, router, rng);
     check_route<bfloat16, bfloat16, bfloat16>(s, router, rng);
     check_route<skim::half, skim::half, skim::half>(s, router, rng);
     check_route<bfloat16, bfloat16, float>(s, router, rng);
-  }
+  });
 }
 
 // share_heads: one row per sequence from its index heads' scores pooled (relative and max), against
 // the CPU's pooling (route/head_pool.hpp) and selection on the shared problem; more heads than one
 // per row half the time (several kv heads, or query-head scope).
 TEST_CASE("route small shared selection (share_heads) matches the CPU pooling") {
-  for (int iteration = 0; iteration < 8; ++iteration) {
-    const std::uint32_t seed = fresh_seed();
-    INFO("seed ", seed);
-    std::mt19937 rng(seed);
+  seeded(8, [&](std::mt19937& rng, int iteration) {
     case_spec s = decode_spec(rng, 40, 4);
     if (skim::test::chance(rng, 0.5)) s.heads_kv = 3, s.heads_q = 12;
     sc::decode_router router = random_router(rng);
     router.share_heads = true;
     router.pool = iteration % 2 == 0 ? head_pool::relative : head_pool::max;
-    INFO((router.pool == head_pool::relative ? "relative pool" : "max pool"));
+    INFO(std::string(router.pool == head_pool::relative ? "relative pool" : "max pool"));
     check_route<bfloat16, bfloat16, bfloat16>(s, router, rng);
     check_route<float, float, float>(s, router, rng);
-  }
+  });
 }
 
 // decode_router::routed(): decode selects each row itself (check_routed). Head dims decode takes.
 TEST_CASE("route small routed table: decode selects select()'s ids and attends alike") {
-  for (int iteration = 0; iteration < 6; ++iteration) {
-    const std::uint32_t seed = fresh_seed();
-    INFO("seed ", seed);
-    std::mt19937 rng(seed);
+  seeded(6, [&](std::mt19937& rng, int) {
     case_spec s = decode_spec(rng, 12, 4);
     s.head_dim = skim::test::pick(rng, {64, 128});
     check_routed<bfloat16>(s, random_router(rng), rng);
-  }
+  });
 }
 
 TEST_CASE("route decode routed table: random shapes and a serving shape") {
-  for (int iteration = 0; iteration < 12; ++iteration) {
-    const std::uint32_t seed = fresh_seed();
-    INFO("seed ", seed);
-    std::mt19937 rng(seed);
+  seeded(12, [&](std::mt19937& rng, int iteration) {
     case_spec s = decode_spec(rng, 300, 6, 4'000'000);
     s.head_dim = skim::test::pick(rng, {64, 128});
     sc::decode_router router = random_router(rng);
@@ -595,7 +591,7 @@ TEST_CASE("route decode routed table: random shapes and a serving shape") {
     } else {
       check_routed<skim::half>(s, router, rng);
     }
-  }
+  });
   const std::uint32_t seed = fresh_seed();
   INFO("seed ", seed);
   std::mt19937 rng(seed);
@@ -612,10 +608,7 @@ TEST_CASE("route decode routed table: random shapes and a serving shape") {
 }
 
 TEST_CASE("route decode random shapes match the CPU pipeline") {
-  for (int iteration = 0; iteration < 40; ++iteration) {
-    const std::uint32_t seed = fresh_seed();
-    INFO("seed ", seed);
-    std::mt19937 rng(seed);
+  seeded(40, [&](std::mt19937& rng, int) {
     const case_spec s = decode_spec(rng, 100, 6, 1'000'000);
     sc::decode_router router = random_router(rng);
     router.selector.dynamic.k = skim::test::uniform(rng, 0, 40);
@@ -624,7 +617,7 @@ TEST_CASE("route decode random shapes match the CPU pipeline") {
     } else {
       check_route<float, float, float>(s, router, rng);
     }
-  }
+  });
 }
 
 TEST_CASE("route decode long rows: 8192 blocks, and a serving shape") {
@@ -693,10 +686,7 @@ TEST_CASE("route small ties go to the lower block id") {
 }
 
 TEST_CASE("route small select ranks special scores as the CPU does") {
-  for (int iteration = 0; iteration < 20; ++iteration) {
-    const std::uint32_t seed = fresh_seed();
-    INFO("seed ", seed);
-    std::mt19937 rng(seed);
+  seeded(20, [&](std::mt19937& rng, int) {
     const std::vector<std::int32_t> cu_q{0, 1, 2, 2, 3, 4};
     const std::vector<std::int32_t> lens{200, 16 * 40, 50, 0, skim::test::uniform(rng, 1, 16 * 64)};
     const std::vector<std::int32_t> cu_kv = cumulative(lens);
@@ -753,7 +743,7 @@ TEST_CASE("route small select ranks special scores as the CPU does") {
     std::uint32_t bits = 1;
     SKIM_CUDA_REQUIRE(cudaMemcpy(&bits, error.data(), sizeof bits, cudaMemcpyDeviceToHost));
     CHECK(bits == 0);
-  }
+  });
 }
 
 TEST_CASE("route small graph capture: append and route replayed while the sequences grow") {

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <tuple>
 #include <type_traits>
 
@@ -30,6 +31,11 @@
 #include "skim/exec/cuda/launch.cuh"
 
 namespace skim::cuda {
+
+namespace detail {
+inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+inline constexpr unsigned full_mask = 0xffffffffu;  // every lane of a warp (shuffles, votes, matches)
+}  // namespace detail
 
 // Bits of the device error word. Kernels OR them in with atomicOr; 0 means no bad content seen.
 enum device_error_bits : std::uint32_t {

@@ -256,11 +256,7 @@ struct decode_router {
     }
     if (index.rows < 0) return status::error(status_code::invalid_argument, "block_table rows %lld < 0",
                                              static_cast<long long>(index.rows));
-    if (index.rows > 0 && (index.count == nullptr || (index.width > 0 && index.ids == nullptr))) {
-      return status::error(status_code::invalid_argument, "block_table ids/count are null with %lld rows",
-                           static_cast<long long>(index.rows));
-    }
-    return status::success();
+    return device_block_table(index).validate();  // null ids or counts
   }
   [[nodiscard]] detail::route_impl::select_params select_params_for(const device_problem& p) const noexcept {
     return {.k = selector.dynamic.k, .sink = selector.sink,

@@ -25,9 +25,6 @@ namespace skim::cuda {
 
 namespace detail::route_impl {
 
-inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-inline constexpr unsigned full_mask = 0xffffffffu;
-
 // Score kernel geometry: one block per thread, its record read straight from memory into registers.
 inline constexpr int score_threads = 128;        // threads per CTA
 inline constexpr int tile_blocks = score_threads;  // blocks per CTA, one per thread

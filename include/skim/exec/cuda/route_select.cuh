@@ -1,7 +1,8 @@
 #pragma once
 // The select kernel of skim::cuda::decode_router (route.cuh holds the host API and the contract: the
 // bits of the CPU pipeline, reserved blocks and ties; route_kernels.cuh the score kernel whose
-// scores it reads).
+// scores it reads). It needs nothing of the score kernel's code, so decode, which runs select_row
+// for a routed table, includes this header alone.
 //
 // One CTA of 1024 threads per (sequence, index head), or per sequence for shared rows (the heads'
 // scores pooled first, route/head_pool.hpp). Order-preserving 32-bit keys of the
@@ -16,7 +17,7 @@
 
 #include "skim/exec/cuda/common.cuh"
 #include "skim/exec/cuda/index.cuh"
-#include "skim/exec/cuda/route_kernels.cuh"
+#include "skim/index/block_table.hpp"
 #include "skim/route/head_pool.hpp"
 
 namespace skim::cuda {

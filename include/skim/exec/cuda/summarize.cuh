@@ -70,7 +70,6 @@ namespace detail::summarize_impl {
 
 inline constexpr int threads = 128;
 inline constexpr float pos_inf = std::numeric_limits<float>::infinity();
-inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
 // Key row (sequence b, token t, kv head h) of a source, or nullptr where a paged source has no page.
 template <class T>
