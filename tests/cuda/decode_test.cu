@@ -173,14 +173,16 @@ struct gpu_output {
 // Runs decode once into fresh NaN-poisoned O / lse buffers and a 0xff-filled workspace.
 // bound < 0: run(a, workspace, ...) (the index's own bound); else run(a, bound, workspace, ...).
 template <class TO, class T, class KV, class Index>
+// q: a view of dc.q's values laid out otherwise (null data: dc.q, token-major and dense).
 gpu_output<TO> run_decode(const decode& dec, tc::device_case<T, T>& dc, const sc::device_problem& p, const KV& kv,
-                          const Index& index, std::int32_t tokens_q, std::int32_t bound = -1) {
+                          const Index& index, std::int32_t tokens_q, std::int32_t bound = -1,
+                          sc::device_view<const T> q = {}) {
   const std::size_t n = static_cast<std::size_t>(std::max(tokens_q, 1)) * p.heads_q * p.head_dim;
   tc::buffer<TO> o(n);
   tc::buffer<float> lse(static_cast<std::size_t>(std::max(tokens_q, 1)) * p.heads_q);
   const sc::device_attention_args<T, KV, Index, TO> a{
       .prob = p,
-      .q = sc::device_view<const T>::token_major(dc.q.data(), p.heads_q, p.head_dim),
+      .q = q.data != nullptr ? q : sc::device_view<const T>::token_major(dc.q.data(), p.heads_q, p.head_dim),
       .kv = kv,
       .index = index,
       .o = sc::device_view<TO>::token_major(o.data(), p.heads_q, p.head_dim),
@@ -597,6 +599,46 @@ TEST_CASE("decode deterministic: two runs give bit-identical O and lse, automati
           CHECK(std::memcmp(g1.o.data(), ga.o.data(), g1.o.size() * sizeof(float)) == 0);
           CHECK(std::memcmp(g1.lse.data(), ga.lse.data(), g1.lse.size() * sizeof(float)) == 0);
         }
+      });
+    }
+  }
+}
+
+// Q rows the tensor-core kernel cannot read as 16-byte chunks (a token stride of heads · d + 3
+// elements: most rows start off a 16-byte boundary, and head-major strides likewise) are read element
+// by element: the same bits as the dense view's, for both kernels and sources.
+TEST_CASE("decode small Q view of any stride: unaligned rows read as the dense view's") {
+  for (std::uint32_t seed = 90; seed < 94; ++seed) {
+    std::mt19937 rng(seed);
+    const case_spec s = random_decode_spec(rng);
+    selection_case selected(s, rng, 20);
+    auto& [c, hi, ref, dc, di, p] = selected;
+    REQUIRE(!s.q_head_major);  // c.q is token-major, as run_decode's default view reads it
+    const std::int32_t tokens = c.tokens_q(), heads = s.heads_q, d = s.head_dim;
+    const bool head_major = seed % 2 == 1;
+    // head-major: [heads][tokens · d + 3] rows of d; token-major: [tokens][heads · d + 3].
+    const std::int64_t token_stride = head_major ? d : static_cast<std::int64_t>(heads) * d + 3;
+    const std::int64_t head_stride = head_major ? static_cast<std::int64_t>(tokens) * d + 3 : d;
+    std::vector<skim::bfloat16> strided(static_cast<std::size_t>(head_major ? heads * head_stride : tokens * token_stride));
+    for (std::int32_t t = 0; t < tokens; ++t)
+      for (std::int32_t h = 0; h < heads; ++h)
+        for (std::int32_t e = 0; e < d; ++e)
+          strided[static_cast<std::size_t>(t * token_stride + h * head_stride + e)] =
+              c.q[(static_cast<std::size_t>(t) * heads + h) * d + e];
+    const tc::buffer<skim::bfloat16> q_strided(strided);
+    const sc::device_view<const skim::bfloat16> q{q_strided.data(), token_stride, head_stride};
+    INFO("seed " << seed << ": " << s.describe() << (head_major ? ", Q head-major" : ", Q token-major") << ", padded by 3");
+    for (const decode_kernel k : kernels) {
+      INFO("kernel " << kernel_name(k));
+      decode dec = with_kernel(decode{}, k);
+      dec.chunk_blocks = 2;
+      with_kv(c, dc, [&](const auto& kv) {
+        const auto want = run_decode<float>(dec, dc, p, kv, di.table(), tokens);
+        const auto got = run_decode<float>(dec, dc, p, kv, di.table(), tokens, -1, q);
+        CHECK(got.error == 0u);
+        check_against(s, got, ref, tokens, tolerance<float, skim::bfloat16>(k));
+        CHECK(std::memcmp(got.o.data(), want.o.data(), want.o.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(got.lse.data(), want.lse.data(), want.lse.size() * sizeof(float)) == 0);
       });
     }
   }

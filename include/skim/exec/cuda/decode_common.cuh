@@ -392,29 +392,45 @@ __device__ __forceinline__ void merge_splits(std::int32_t nsplit, const ML& ml, 
   }
 }
 
-// Rows [row0, row0 + rows_here) of the unit from `slices` partial states per row, combined in slice
-// order: state (slice sl, row row0 + rel) is comb_m/comb_l[sl · pass_rows + rel] and
-// comb_o[(sl · pass_rows + rel) · D, + D). Writes O and lse (nsplit 1), or this split's partial: into
-// the workspace (for the merge kernel), or, when `shared` is not null, into those pass_rows · (D + 2)
-// floats of shared memory (for the cluster merge): o at shared[rel · D + d], (m, l) at
-// shared[pass_rows · D + 2 rel + {0, 1}].
+// The partial states of one pass in shared memory, `slices` per row (the warps, or groups of warps,
+// that split the keys): state (slice sl, row rel of the pass) is m[sl · rows + rel], l[sl · rows +
+// rel] and o[(sl · rows + rel) · o_stride, + D). The tensor-core kernel pads o_stride past D so that
+// its fragment stores do not meet in a bank.
+struct slice_states {
+  float* o = nullptr;
+  float* m = nullptr;
+  float* l = nullptr;
+  std::int32_t slices = 1;
+  std::int32_t rows = 0;      // pass rows
+  std::int32_t o_stride = 0;  // floats between two states' o
+
+  [[nodiscard]] __device__ __forceinline__ std::int32_t at(std::int32_t sl, std::int32_t rel) const noexcept {
+    return sl * rows + rel;
+  }
+};
+
+// Rows [row0, row0 + rows_here) of the unit from the pass's slice states, combined in slice order.
+// Writes O and lse (nsplit 1), or this split's partial: into the workspace (for the merge kernel),
+// or, when `shared` is not null, into st.rows · (D + 2) floats of shared memory (for the cluster
+// merge): o at shared[rel · D + d], (m, l) at shared[st.rows · D + 2 rel + {0, 1}].
 // @pre called by all `threads` threads of the CTA (they stride over rows_here · D elements)
 template <int D, class TQ, class KV, class Index, class TO>
 __device__ __forceinline__ void write_rows(const device_attention_args<TQ, KV, Index, TO>& a, const launch_params& lp,
                                            const unit& u, std::int32_t split, std::int32_t nsplit,
-                                           const float* comb_o, const float* comb_m, const float* comb_l,
-                                           std::int32_t slices, std::int32_t pass_rows, std::int32_t row0,
-                                           std::int32_t rows_here, float* shared = nullptr) noexcept {
+                                           const slice_states& st, std::int32_t row0, std::int32_t rows_here,
+                                           float* shared = nullptr) noexcept {
+  const std::int32_t pass_rows = st.rows;
   for (std::int32_t x = static_cast<std::int32_t>(threadIdx.x); x < rows_here * D; x += threads) {
     const std::int32_t rel = x / D, d = x % D, row = row0 + rel;
     float mx = -INFINITY;
-    for (std::int32_t sl = 0; sl < slices; ++sl) mx = fmaxf(mx, comb_m[sl * pass_rows + rel]);
+    for (std::int32_t sl = 0; sl < st.slices; ++sl) mx = fmaxf(mx, st.m[st.at(sl, rel)]);
     const float m_use = mx == -INFINITY ? 0.0f : mx;
     float l = 0.0f, o = 0.0f;
-    for (std::int32_t sl = 0; sl < slices; ++sl) {
-      const float f = exp2_approx(comb_m[sl * pass_rows + rel] - m_use);
-      l = fmaf(comb_l[sl * pass_rows + rel], f, l);
-      o = fmaf(comb_o[(sl * pass_rows + rel) * D + d], f, o);
+    for (std::int32_t sl = 0; sl < st.slices; ++sl) {
+      const std::int32_t i = st.at(sl, rel);
+      const float f = exp2_approx(st.m[i] - m_use);
+      l = fmaf(st.l[i], f, l);
+      o = fmaf(st.o[i * st.o_stride + d], f, o);
     }
     if (nsplit == 1) {
       store_output(a.prob, a.o, a.lse, u, row, d, mx, l, o);
@@ -444,13 +460,12 @@ __device__ __forceinline__ void write_rows(const device_attention_args<TQ, KV, I
 template <bool InCluster, int D, class TQ, class KV, class Index, class TO>
 __device__ __forceinline__ void finish_pass(const device_attention_args<TQ, KV, Index, TO>& a, const launch_params& lp,
                                             const unit& u, std::int32_t split, std::int32_t nsplit,
-                                            const float* comb_o, const float* comb_m, const float* comb_l,
-                                            std::int32_t slices, std::int32_t pass_rows, std::int32_t row0,
-                                            std::int32_t rows_here, float* shared) noexcept {
+                                            const slice_states& st, std::int32_t row0, std::int32_t rows_here,
+                                            float* shared) noexcept {
   if constexpr (InCluster) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (nsplit > 1) {
-      write_rows<D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, slices, pass_rows, row0, rows_here, shared);
+      write_rows<D>(a, lp, u, split, nsplit, st, row0, rows_here, shared);
       namespace cg = cooperative_groups;
       const cg::cluster_group cluster = cg::this_cluster();
       cluster.sync();  // every split's partial of the pass is in its shared memory
@@ -461,7 +476,7 @@ __device__ __forceinline__ void finish_pass(const device_attention_args<TQ, KV, 
         merge_splits(
             nsplit,
             [&](std::int32_t s) {
-              const float* r = cluster.map_shared_rank(shared, static_cast<unsigned>(s)) + pass_rows * D + 2 * rel;
+              const float* r = cluster.map_shared_rank(shared, static_cast<unsigned>(s)) + st.rows * D + 2 * rel;
               return make_float2(r[0], r[1]);
             },
             [&](std::int32_t s) { return cluster.map_shared_rank(shared, static_cast<unsigned>(s))[rel * D + d]; }, mx,
@@ -475,7 +490,7 @@ __device__ __forceinline__ void finish_pass(const device_attention_args<TQ, KV, 
     __trap();  // never launched: decode::run merges in a cluster on sm_90 and later only
 #endif
   }
-  write_rows<D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, slices, pass_rows, row0, rows_here);
+  write_rows<D>(a, lp, u, split, nsplit, st, row0, rows_here);
 }
 
 // ---------------------------------------------------------------------------------------------

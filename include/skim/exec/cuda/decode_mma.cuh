@@ -84,11 +84,18 @@ struct geometry {
 //   q    [q16(max_rows)][D] 16-bit, swizzled; rows past the unit's are zero
 //   ids  [chunk_blocks] int32
 // The epilogue's per-warp states alias kv (between barriers):
-//   comb_o [warps · m_tile][D] float, comb_m [warps · m_tile], comb_l [warps · m_tile],
+//   comb_o [warps · m_tile][comb_stride] float, comb_m [warps · m_tile], comb_l [warps · m_tile],
 //   then the pass's partial for the cluster merge: [m_tile][D + 2] float (finish_pass)
 inline constexpr std::size_t kv_bytes = static_cast<std::size_t>(warps) * stages * 2 * tile_bytes;
 inline constexpr std::size_t tok_bytes = static_cast<std::size_t>(warps) * stages * max_tile_keys * 4;
-static_assert(static_cast<std::size_t>(warps + 1) * m_tile * (128 + 2) * 4 <= kv_bytes,
+// comb_o's row stride: 8 floats past D, so that the fragment stores of one warp (rows g, columns
+// 8 jn + quad_col) fall in distinct banks for each half warp (a stride of D put the 8 rows of a
+// column in one bank: 8-way conflicts that cost ~2000 cycles per CTA in the epilogue).
+template <int D>
+inline constexpr int comb_stride = D + 8;
+static_assert(static_cast<std::size_t>(warps) * m_tile * (comb_stride<128> + 2) * 4 +
+                      static_cast<std::size_t>(m_tile) * (128 + 2) * 4 <=
+                  kv_bytes,
               "the epilogue's states and a pass's partial (cluster merge) fit in the K/V buffers");
 static_assert(kv_bytes >= decode_detail::kv_bytes, "a routed table's selection fits the K/V buffers of both kernels");
 static_assert((kv_bytes + tok_bytes) % alignment == 0, "q starts on a 128-byte boundary (ldmatrix's XOR addressing)");
@@ -98,6 +105,44 @@ static_assert((kv_bytes + tok_bytes) % alignment == 0, "q starts on a 128-byte b
                                                  std::int32_t chunk_blocks) noexcept {
   return alignment + kv_bytes + tok_bytes + static_cast<std::size_t>(q16(max_rows)) * head_dim * 2 +
          (static_cast<std::size_t>(chunk_blocks) * 4 + 15) / 16 * 16;
+}
+
+// Q of a unit as 16-byte chunks (8 elements of a row; rows past the unit's are zero), chunk x =
+// j + k · threads in qv[k]: loaded before the kernel waits on anything else, stored swizzled later.
+// A chunk whose address is not 16-byte aligned (Q views may have any stride) is read element-wise.
+template <int D>
+inline constexpr int q_loads = (q16(max_unit_rows) * (D / sm80::chunk_elems) + threads - 1) / threads;
+
+template <int D, class T>
+__device__ __forceinline__ void load_q(const skim::cuda::device_view<const T>& q, const unit& u, std::int32_t qr,
+                                       std::int32_t j, uint4 (&qv)[q_loads<D>]) noexcept {
+  constexpr int chunks = D / sm80::chunk_elems;
+#pragma unroll
+  for (int k = 0; k < q_loads<D>; ++k) {
+    const std::int32_t x = j + k * threads, row = x / chunks, c = x % chunks;
+    qv[k] = make_uint4(0u, 0u, 0u, 0u);
+    if (x < qr * chunks && row < u.rows) {
+      const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
+      const T* src = q.row(token, u.first_head + row % u.heads) + c * sm80::chunk_elems;
+      if (reinterpret_cast<std::uintptr_t>(src) % 16 == 0) {
+        qv[k] = __ldg(reinterpret_cast<const uint4*>(src));
+      } else {
+        T* e = reinterpret_cast<T*>(&qv[k]);
+#pragma unroll
+        for (int i = 0; i < sm80::chunk_elems; ++i) e[i] = src[i];
+      }
+    }
+  }
+}
+
+template <int D, class T>
+__device__ __forceinline__ void store_q(const uint4 (&qv)[q_loads<D>], std::int32_t qr, std::int32_t j, T* q_s) noexcept {
+  constexpr int chunks = D / sm80::chunk_elems;
+#pragma unroll
+  for (int k = 0; k < q_loads<D>; ++k) {
+    const std::int32_t x = j + k * threads;
+    if (x < qr * chunks) *reinterpret_cast<uint4*>(q_s + sm80::swizzle<D>(x / chunks, x % chunks)) = qv[k];
+  }
 }
 
 template <int D, bool InCluster, class TQ, class KV, class Index, class TO>
@@ -125,34 +170,16 @@ __global__ void __launch_bounds__(threads, 1)
                                                               static_cast<std::size_t>(q16(lp.max_rows)) * D * 2);
   const std::int32_t qr = q16(u.rows);
 
-  // Global loads before anything waits on them, as in split_kernel: count, page list, ids, then Q.
+  // Global loads before anything waits on them: Q first (its rows are known from the unit), then
+  // the row (count, or a routed table's selection), page list and ids; Q is stored once they are in.
+  uint4 qv[q_loads<D>];
+  load_q<D>(a.q, u, qr, j, qv);
   entry_ids e;
   // A routed table's row is selected in the K/V buffers (free until the pipeline starts).
   const skim::cuda::device_block_table::span span =
       split_row_span(p, a.index, u, split, entry, e, smem);
   const kv_rows<KV> src(a.kv, u.row, static_cast<std::int32_t>(blockIdx.z) / lp.q_blocks, u.kv_head);
   load_ids_early(a.index, u, lp, j, entry, e);
-
-  // Q rows (padding rows zero), 16-bit, swizzled: q_batch element loads (any Q stride), then stores.
-  constexpr int q_batch = 4;
-  for (std::int32_t x0 = j; x0 < qr * D; x0 += threads * q_batch) {
-    T val[q_batch];
-#pragma unroll
-    for (int k = 0; k < q_batch; ++k) {
-      const std::int32_t x = x0 + k * threads, row = x / D, d = x % D;
-      val[k] = T{};
-      if (x < qr * D && row < u.rows) {
-        const std::int64_t token = static_cast<std::int64_t>(u.row.q_offset) + u.row.q_begin + row / u.heads;
-        val[k] = a.q.row(token, u.first_head + row % u.heads)[d];
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < q_batch; ++k) {
-      const std::int32_t x = x0 + k * threads, row = x / D, d = x % D;
-      if (x >= qr * D) break;
-      q_s[sm80::swizzle<D>(row, d / sm80::chunk_elems) + d % sm80::chunk_elems] = val[k];
-    }
-  }
 
   const std::int32_t n = span.n > 0 ? span.n : 0;
   const std::int32_t nsplit = used_splits(n, lp);
@@ -161,6 +188,7 @@ __global__ void __launch_bounds__(threads, 1)
   const std::int32_t entries = n - first_entry < lp.chunk_blocks ? n - first_entry : lp.chunk_blocks;
   load_ids_late<Index>(span, j, entry, entries, e);
   check_ids(p, u, span, n, lp, split, j, entry, entries, e, ids_s);
+  store_q<D>(qv, qr, j, q_s);
   __syncthreads();  // ids and Q visible to every warp
 
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
@@ -268,7 +296,7 @@ __global__ void __launch_bounds__(threads, 1)
   const float scale_log2 = lp.scale_log2;
 
   float* const comb_o = reinterpret_cast<float*>(smem);  // aliases kv: used between barriers only
-  float* const comb_m = comb_o + warps * m_tile * D;
+  float* const comb_m = comb_o + warps * m_tile * comb_stride<D>;
   float* const comb_l = comb_m + warps * m_tile;
   float* const partial_s = comb_l + warps * m_tile;  // a pass's partial for the cluster merge (finish_pass)
 
@@ -401,12 +429,16 @@ __global__ void __launch_bounds__(threads, 1)
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     }
     __syncthreads();  // every warp is done with its K/V buffers: comb may overwrite them
+    // The pass's real rows only (GQA 4 fills 4 of the 16): write_rows reads no other.
+    const std::int32_t rows_here = u.rows - row0 < m_tile ? u.rows - row0 : m_tile;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      if (g + 8 * r >= rows_here) continue;
       const int slot = warp * m_tile + g + 8 * r;
 #pragma unroll
       for (int jn = 0; jn < G::dn; ++jn) {
-        *reinterpret_cast<float2*>(comb_o + slot * D + 8 * jn + quad_col) = make_float2(acc[jn][2 * r], acc[jn][2 * r + 1]);
+        *reinterpret_cast<float2*>(comb_o + slot * comb_stride<D> + 8 * jn + quad_col) =
+            make_float2(acc[jn][2 * r], acc[jn][2 * r + 1]);
       }
       if (lane % 4 == 0) {
         comb_m[slot] = m[r];
@@ -414,9 +446,9 @@ __global__ void __launch_bounds__(threads, 1)
       }
     }
     __syncthreads();
-    const std::int32_t rows_here = u.rows - row0 < m_tile ? u.rows - row0 : m_tile;
-    finish_pass<InCluster, D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, warps, m_tile, row0, rows_here,
-                              partial_s);
+    const slice_states st{
+        .o = comb_o, .m = comb_m, .l = comb_l, .slices = warps, .rows = m_tile, .o_stride = comb_stride<D>};
+    finish_pass<InCluster, D>(a, lp, u, split, nsplit, st, row0, rows_here, partial_s);
     __syncthreads();  // comb is read before the next pass refills the K/V buffers
   }
 

@@ -356,8 +356,8 @@ __global__ void __launch_bounds__(threads, 1)
     // Combine the slices in slice order; write O (one split) or this split's partial.
     const std::int32_t row0 = pass * pass_rows;
     const std::int32_t rows_here = u.rows - row0 < pass_rows ? u.rows - row0 : pass_rows;
-    finish_pass<InCluster, D>(a, lp, u, split, nsplit, comb_o, comb_m, comb_l, slices, pass_rows, row0, rows_here,
-                              partial_s);
+    const slice_states st{.o = comb_o, .m = comb_m, .l = comb_l, .slices = slices, .rows = pass_rows, .o_stride = D};
+    finish_pass<InCluster, D>(a, lp, u, split, nsplit, st, row0, rows_here, partial_s);
     __syncthreads();  // comb is read before the next pass refills the K/V buffers
   }
 }
