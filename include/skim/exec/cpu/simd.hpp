@@ -29,7 +29,8 @@
 //     Per-head selections (block_table, block_csr, dense_block_mask) keep per-head items: there a
 //     head-major [heads_kv, tokens, head_dim] cache is the layout that reads whole lines.
 //   - Next-tile prefetch. Each decode tile asks for the next selected tile's K and V rows (of its
-//     kv head) while it computes, one row per key it passes, into L2.
+//     kv head) while it computes, one row per key it passes, into L2; V's rows in parts, each pass
+//     of P·V over the keys its own columns, so that the requests come at an even rate.
 //
 // K/V: fp32, fp16, bf16 (widened in registers: F16C/AVX-512/NEON conversions where compiled, exact
 // bit arithmetic otherwise), and int8 with a scale per (block, kv head) (core/quantized.hpp): the

@@ -228,7 +228,12 @@ struct kernels {
   // Partial: the block's last register covers only d - (e0 + (NV-1)·w) columns (read no further).
   // Ragged: rows see different key counts n_rows[r] (a partial tile); a row then takes no term of
   // the keys it does not see, not even 0·v (an inf or NaN in a masked V row must not reach it).
-  // Also asks for the rows vn[j] of the next tile, j < next_keys, as it passes key j.
+  // Also asks for the same columns of the rows vn[j] of the next tile, j < next_keys, as it passes
+  // key j: each pass over the keys requests its own part of the next rows, so the requests are spread
+  // over every pass at the rate the score loop issues K's (measured: requesting whole rows in the
+  // first pass read fp16 decode 10-20% slower from DRAM, likely requests dropped or stalled in bursts).
+  // A full pass's part is NV·w elements, known at compile time, so prefetch_row's loop unrolls: the
+  // same requests with a length computed at run time (a loop) read 54-63% of stream, not 73-85%.
   template <int NV, bool Partial, bool Ragged, stored_element T>
   SKIM_FORCEINLINE static void accumulate_rows(const float* SKIM_RESTRICT pr, const void* const* vp, std::size_t ds,
                                                std::size_t ks, std::int32_t keys, const std::int32_t* n_rows,
@@ -237,11 +242,13 @@ struct kernels {
     batch acc[mr][NV];
     for (int r = 0; r < mr; ++r)
       for (int n = 0; n < NV; ++n) acc[r][n] = batch(0.0f);
-    const std::size_t row_bytes = static_cast<std::size_t>(d) * sizeof(T);
-    for (std::int32_t j = keys; j < next_keys; ++j) prefetch_row(vn[j], row_bytes);
+    const std::size_t part_offset = static_cast<std::size_t>(e0) * sizeof(T);
+    const std::size_t part_bytes = static_cast<std::size_t>(Partial ? d - e0 : NV * w) * sizeof(T);
+    const auto next_part = [&](std::int32_t j) { return static_cast<const char*>(vn[j]) + part_offset; };
+    for (std::int32_t j = keys; j < next_keys; ++j) prefetch_row(next_part(j), part_bytes);
     SKIM_UNROLL(2)  // two keys' loads in flight (measured: +4-7% decode on AVX-512; 4 is no better)
     for (std::int32_t j = 0; j < keys; ++j) {
-      if (j < next_keys) prefetch_row(vn[j], row_bytes);
+      if (j < next_keys) prefetch_row(next_part(j), part_bytes);
       const T* vj = static_cast<const T*>(vp[j]) + e0;
       batch vv[NV];
       for (int n = 0; n < NV; ++n) {
@@ -440,15 +447,16 @@ struct kernels {
       for (int r = 0; r < mr; ++r) ragged = ragged || n[r] != n_max;
       const auto pv = [&]<bool Ragged>() {
         if (decode) {
-          // The next tile's V rows: once, in the first pass over the keys of the first block of rows.
+          // The next tile's V rows: once, in the passes over the keys of the first block of rows,
+          // each pass its own columns.
           const std::int32_t vn_keys = r0 == 0 ? next_keys : 0;
           over_vectors(d / w, [&]<int NV>(std::int32_t e0) {
             accumulate_rows<NV, false, Ragged, T>(s, t.vp.data(), t.ds, t.ks, n_max, n, alpha, u, e0, d, t.vn.data(),
-                                                  e0 == 0 ? vn_keys : 0);
+                                                  vn_keys);
           });
           if (d % w != 0) {
             accumulate_rows<1, true, Ragged, T>(s, t.vp.data(), t.ds, t.ks, n_max, n, alpha, u, d / w * w, d,
-                                                t.vn.data(), d < w ? vn_keys : 0);
+                                                t.vn.data(), vn_keys);
           }
         } else {
           over_vectors(dp / w, [&]<int NV>(std::int32_t e0) {
