@@ -1,8 +1,9 @@
 #pragma once
 // What both split kernels of skim::exec::cuda::decode share (decode.cuh holds the host API and the
 // contracts; decode_simt.cuh and decode_mma.cuh the two split kernels): launch parameters and
-// shared-memory sizes, the unit a CTA computes (the K/V row lookups are decode_kv_rows.cuh's), the chunk's id checks, the
-// epilogue's combine (write_rows) into O or a split partial, and the two ways a row's splits merge.
+// shared-memory sizes, the unit a CTA computes, the row it reads (selected here for a routed table),
+// the chunk's id checks, the epilogue's combine (write_rows) into O or a split partial, and the two
+// ways a row's splits merge. The K/V row lookups are decode_kv_rows.cuh's.
 //
 // merge_kernel: one CTA per unit whose row has more than one split; combines the workspace's
 // partials in split order (deterministic) and writes O and lse.
@@ -221,9 +222,10 @@ __device__ __forceinline__ skim::cuda::device_block_table::span split_row_span(c
     const skim::cuda::mutable_device_block_table& t = index.table;
     if (u.index_row < 0 || u.index_row >= t.rows) return {nullptr, 0, true};  // reported by check_ids (bad_count)
     const impl::row_plan plan = impl::plan_row(u.row.visible_blocks, index.select);
+    using routed = skim::cuda::device_routed_table;
     auto& s = *reinterpret_cast<impl::select_scratch*>(scratch);
-    std::int32_t* const ids = reinterpret_cast<std::int32_t*>(scratch + sizeof(impl::select_scratch));
-    std::uint32_t* const keys = reinterpret_cast<std::uint32_t*>(ids + (t.width + 3) / 4 * 4);
+    std::int32_t* const ids = reinterpret_cast<std::int32_t*>(scratch + routed::ids_offset);
+    std::uint32_t* const keys = reinterpret_cast<std::uint32_t*>(scratch + routed::keys_offset(t.width));
     const int count = impl::select_row<threads, false>(p, index.scores, u.seq, static_cast<int>(blockIdx.y), plan,
                                                        index.select, ids, t.width, keys, s);
     __syncthreads();  // the row's ids are complete
@@ -325,9 +327,9 @@ __device__ __forceinline__ void merge_splits(std::int32_t nsplit, const ML& ml, 
 // rel] and o[(sl · rows + rel) · o_stride, + D). The tensor-core kernel pads o_stride past D so that
 // its fragment stores do not meet in a bank.
 struct slice_states {
-  float* o = nullptr;
-  float* m = nullptr;
-  float* l = nullptr;
+  const float* o = nullptr;
+  const float* m = nullptr;
+  const float* l = nullptr;
   std::int32_t slices = 1;
   std::int32_t rows = 0;      // pass rows
   std::int32_t o_stride = 0;  // floats between two states' o

@@ -210,9 +210,10 @@ struct row_plan {
 
 // Selects row (sequence b, index head h; Shared: the sequence's heads pooled) of the router's
 // scores as `plan` (plan_row) says: sink, the top `take` candidates by score (ties: lower ids first),
-// local, ids ascending in out[0, count), index::block_table::pad in [count, width). Returns count. out may be global or shared memory; keys: shared, room for the
-// row's candidates (<= max_blocks). Called by all Threads threads with the same arguments (barriers
-// inside); out is complete once a barrier follows. @pre width >= count (decode_router::width)
+// local, ids ascending in out[0, count), index::block_table::pad in [count, width). Returns count.
+// out may be global or shared memory; keys: shared, room for the row's candidates (<= max_blocks).
+// Called by all Threads threads with the same arguments (barriers inside); out is complete once a
+// barrier follows. @pre width >= count (decode_router::width)
 template <int Threads, bool Shared>
 [[nodiscard]] __device__ __forceinline__ int select_row(const device_problem& p, const float* scores, int b, int h,
                                                          const row_plan& plan, const select_params& sp,
@@ -323,10 +324,15 @@ struct device_routed_table {
   [[nodiscard]] __device__ __forceinline__ device_block_table::span row(std::int64_t r) const noexcept {
     return device_block_table{table.ids, table.count, table.width, table.rows}.row(r);
   }
-  // Shared memory a CTA's selection needs: scratch, the row's ids (width), candidate keys (max_kv_blocks).
+  // Shared memory of a CTA's selection, from a 16-byte aligned base: the scratch, then the row's ids
+  // (width of them, to a 16-byte boundary) at ids_offset, then the candidates' keys (max_kv_blocks)
+  // at keys_offset(width); scratch_bytes in all.
+  static constexpr std::size_t ids_offset = sizeof(detail::route_impl::select_scratch);
+  [[nodiscard]] SKIM_HOST_DEVICE static constexpr std::size_t keys_offset(std::int32_t width) noexcept {
+    return ids_offset + (static_cast<std::size_t>(width) * 4 + 15) / 16 * 16;
+  }
   [[nodiscard]] static constexpr std::size_t scratch_bytes(std::int32_t width, std::int32_t max_kv_blocks) noexcept {
-    return sizeof(detail::route_impl::select_scratch) + (static_cast<std::size_t>(width) * 4 + 15) / 16 * 16 +
-           static_cast<std::size_t>(max_kv_blocks) * 4;
+    return keys_offset(width) + static_cast<std::size_t>(max_kv_blocks) * 4;
   }
 
   [[nodiscard]] status validate() const noexcept {
