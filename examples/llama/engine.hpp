@@ -23,6 +23,7 @@
 //   policy=dense,evict=attention_mass,keep=0.5,block=16
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "eval/options.hpp"
+#include "llama/block_mass.hpp"
 #include "llama/forward.hpp"
 #include "llama/model.hpp"
 #include "llama/selectors.hpp"
@@ -61,13 +63,17 @@
 
 namespace skim_llama {
 
-enum class attention_policy : std::uint8_t { dense, skim, recency, random };
+enum class attention_policy : std::uint8_t { dense, skim, recency, random, oracle };
 enum class executor_kind : std::uint8_t { scalar, simd };
 enum class eviction : std::uint8_t { none, attention_mass, recency, summary_score };
 
 struct engine_options {
   attention_policy policy = attention_policy::dense;
+#ifdef SKIM_LLAMA_HAS_SIMD
+  executor_kind exec = executor_kind::simd;  // exec=scalar in a spec for the portable executor
+#else
   executor_kind exec = executor_kind::scalar;
+#endif
   skim_eval::config sparse{};   // summarizer, block, bq, select, k | budget, threshold, sink, local, recency, pool, reduce, scope
   std::uint64_t seed = 1;       // random baseline
   eviction evict = eviction::none;
@@ -75,6 +81,9 @@ struct engine_options {
   std::int32_t evict_sink = 1, evict_newest = 1;
   std::int32_t evict_queries = 8;  // summary_score: recent queries per kv head group
   std::int32_t page_size = 16;
+  std::int32_t threads = 1;     // projections, classifier and the dense executor (not part of a spec)
+  bool measure = false;         // sparse policies: measure each selection's coverage of the true mass (stats.coverage)
+  std::int32_t measure_from = 0;  // ... for queries at positions >= this
   std::string spec;             // as given
 };
 
@@ -102,7 +111,8 @@ struct engine_options {
       else if (value == "skim") o.policy = attention_policy::skim;
       else if (value == "recency") o.policy = attention_policy::recency;
       else if (value == "random") o.policy = attention_policy::random;
-      else return "attention '" + o.spec + "': unknown policy '" + std::string(value) + "' (dense, skim, recency, random)";
+      else if (value == "oracle") o.policy = attention_policy::oracle;
+      else return "attention '" + o.spec + "': unknown policy '" + std::string(value) + "' (dense, skim, recency, random, oracle)";
     } else if (key == "exec") {
       if (value == "scalar") o.exec = executor_kind::scalar;
 #ifdef SKIM_LLAMA_HAS_SIMD
@@ -152,6 +162,9 @@ struct engine_stats {
   double evicted_mass = 0.0;  // Σ over (decode step, layer, query head) of the true mass in evicted blocks
   std::int64_t evicted_samples = 0;
   skim::stage_times times;
+  coverage_stats coverage;    // engine_options::measure
+  double decode_attention_seconds = 0.0;  // wall time of attention calls of one query (decode steps)
+  std::int64_t decode_steps = 0;          // forward calls of one token
   [[nodiscard]] double density() const { return pairs_causal > 0 ? pairs_read / pairs_causal : 1.0; }
   [[nodiscard]] double eviction_loss() const { return evicted_samples > 0 ? evicted_mass / static_cast<double>(evicted_samples) : 0.0; }
 };
@@ -163,6 +176,7 @@ struct layer_state {
   std::int32_t summarized = 0;   // keys appended to the summaries
   std::vector<std::int32_t> ids, count;
   std::vector<float> lse;
+  std::vector<float> block_mass;  // dense_block_mass of the last call (measurements, oracle)
   skim::workspace_buffer ws;
   std::vector<float> mass, true_mass, head_mass;          // [max_blocks, heads_kv], ..., [max_blocks]
   std::vector<std::vector<std::int32_t>> resident;        // [heads_kv] ids kept in the cache, ascending
@@ -232,10 +246,15 @@ struct dense_backend final : backend {
   explicit dense_backend(shared_setup s_) : s(s_) {}
   skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
     const call c(a, 64, 64, skim::index_scope::kv_head, s.o->page_size, s.pages, s.page_table);
-    st.reserve_ws(exec.workspace_bytes(c.p));
     const skim::attention_args<float, skim::paged_kv<float>, skim::index::causal_all, float> args{
         .prob = c.p, .q = c.q, .kv = c.kv, .index = {}, .o = c.o};
-    SKIM_TRY(exec.run(args, st.ws.span()));
+    if constexpr (requires { exec.workspace_bytes(c.p, s.o->threads); }) {  // simd: items on threads
+      st.reserve_ws(exec.workspace_bytes(c.p, s.o->threads));
+      SKIM_TRY(exec.run(args, st.ws.span(), s.o->threads));
+    } else {
+      st.reserve_ws(exec.workspace_bytes(c.p));
+      SKIM_TRY(exec.run(args, st.ws.span()));
+    }
     stats.pairs_read += pairs_causal(a);
     stats.pairs_causal += pairs_causal(a);
     return skim::status::success();
@@ -281,13 +300,76 @@ struct sparse_backend final : backend {
     st.ids.resize(rows * static_cast<std::size_t>(width));
     st.count.resize(rows);
     const skim::index::mutable_block_table table{.ids = st.ids, .count = st.count, .width = width};
+    // The previous layer's mass of each block is this layer's prior (importance > 0); layer 0 has none.
+    const bool prior = pipe.selector.importance > 0.0f;
+    const bool have_prior = prior && a.layer > 0 && carried.size() == rows * static_cast<std::size_t>(c.p.max_kv_blocks());
+    pipeline p = pipe;
+    if (!have_prior) p.selector.importance = 0.0f;
+    st.lse.resize(static_cast<std::size_t>(a.n_q) * a.heads_q);
     const skim::pipeline_args<float, skim::paged_kv<float>, float> args{
-        .prob = c.p, .q = c.q, .kv = c.kv, .o = c.o, .summaries = st.summaries, .mode = mode, .selected = table};
+        .prob = c.p, .q = c.q, .kv = c.kv, .o = c.o, .lse = st.lse, .summaries = st.summaries, .mode = mode,
+        .prior = have_prior ? std::span<const float>(carried) : std::span<const float>{}, .selected = table};
     skim::stage_times t;
-    SKIM_TRY(pipe.run(args, st.ws.span(), &t));
+    SKIM_TRY(p.run(args, st.ws.span(), &t));
     stats.times += t;
     stats.pairs_read += pairs_read(c.p, table);
     stats.pairs_causal += pairs_causal(a);
+    if (prior) selected_mass(c.p, a, table, st.lse, carried);
+    if (s.o->measure) {
+      dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass);
+      stats.coverage.min_position = s.o->measure_from;
+      stats.coverage.add(c.p, table, st.block_mass, a.layer, a.n_kv - a.n_q);
+    }
+    return skim::status::success();
+  }
+  std::vector<float> carried;  // [index_rows, max_kv_blocks]: the last layer's selected_mass
+};
+
+// The block oracle: each row's blocks ranked by the true mass they receive (dense attention over
+// the call's own Q and K, summed over the row's queries and heads), then the same reserved
+// selector and executor as a routed policy. The ceiling of block routing at a budget.
+template <class Dyn, class Exec>
+struct oracle_backend final : backend {
+  shared_setup s;
+  skim::select::reserved<Dyn> selector;
+  Exec exec{};
+  std::vector<float> scores;
+  skim::workspace_buffer select_ws;
+  oracle_backend(shared_setup s_, skim::select::reserved<Dyn> sel) : s(s_), selector(sel) {}
+  skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
+    const skim_eval::config& cfg = s.o->sparse;
+    const call c(a, cfg.block_q(), cfg.block, cfg.scope, s.o->page_size, s.pages, s.page_table);
+    dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass);
+    const std::int32_t width = std::max(skim::select::max_count(selector, c.p), 1);
+    const auto rows = static_cast<std::size_t>(c.p.index_rows());
+    st.ids.resize(rows * static_cast<std::size_t>(width));
+    st.count.resize(rows);
+    scores.resize(static_cast<std::size_t>(c.p.max_kv_blocks()));
+    if (const std::size_t need = selector.workspace_bytes(c.p.max_kv_blocks()); select_ws.size() < need) {
+      select_ws = skim::workspace_buffer(need);
+    }
+    const std::span<std::byte> ws = select_ws.span();
+    SKIM_TRY(skim::for_each_row(c.p, [&](const skim::row_info& r) -> skim::status {
+      row_mass(c.p, r, st.block_mass, c.p.max_kv_blocks(), scores);
+      std::fill(scores.begin() + r.visible_blocks, scores.end(), -INFINITY);
+      const std::span<std::int32_t> ids = std::span(st.ids).subspan(static_cast<std::size_t>(r.row) * width, static_cast<std::size_t>(width));
+      std::int32_t count = 0;
+      SKIM_TRY(selector.select_row({.row = r, .scores = scores}, ids, count, ws));
+      std::fill(ids.begin() + count, ids.end(), skim::index::mutable_block_table::pad);
+      st.count[static_cast<std::size_t>(r.row)] = count;
+      return skim::status::success();
+    }));
+    const skim::index::block_table table{.ids = st.ids, .count = st.count, .width = width};
+    st.reserve_ws(exec.workspace_bytes(c.p));
+    const skim::attention_args<float, skim::paged_kv<float>, skim::index::block_table, float> args{
+        .prob = c.p, .q = c.q, .kv = c.kv, .index = table, .o = c.o};
+    SKIM_TRY(exec.run(args, st.ws.span()));
+    stats.pairs_read += pairs_read(c.p, table);
+    stats.pairs_causal += pairs_causal(a);
+    if (s.o->measure) {
+      stats.coverage.min_position = s.o->measure_from;
+      stats.coverage.add(c.p, table, st.block_mass, a.layer, a.n_kv - a.n_q);
+    }
     return skim::status::success();
   }
 };
@@ -429,15 +511,20 @@ template <class Exec>
                        .dynamic = {.mode = c.mode, .tau = c.tau.value_or(0.0f), .k_min = c.k_min, .k_max = c.k_max}}});
     });
   }
-  const budgeted dyn{.how = o.policy == attention_policy::skim      ? budgeted::rule::score
+  const budgeted dyn{.how = o.policy == attention_policy::skim || o.policy == attention_policy::oracle ? budgeted::rule::score
                             : o.policy == attention_policy::recency ? budgeted::rule::newest
                                                                     : budgeted::rule::random,
                      .share = c.budget.value_or(1.0), .k = c.k.value_or(-1), .seed = o.seed};
   const auto make = [&]<class S>() -> std::unique_ptr<backend> {
     using B = sparse_backend<S, budgeted, Exec>;
     return std::make_unique<B>(s, typename B::pipeline{
-        .router = router, .selector = {.sink = c.sink, .local = c.local, .recency = c.recency, .dynamic = dyn}});
+        .router = router,
+        .selector = {.sink = c.sink, .local = c.local, .recency = c.recency, .importance = c.importance, .dynamic = dyn}});
   };
+  if (o.policy == attention_policy::oracle) {
+    return std::make_unique<oracle_backend<budgeted, Exec>>(
+        s, skim::select::reserved<budgeted>{.sink = c.sink, .local = c.local, .recency = c.recency, .dynamic = dyn});
+  }
   // The baselines ignore the scores: one cheap summarizer serves them.
   if (o.policy != attention_policy::skim) return make.template operator()<skim::summarize::mean_pool>();
   return with_summarizer(c, make);
@@ -469,19 +556,49 @@ class engine {
     for (auto& l : layers_) l.summarized = 0;
   }
   [[nodiscard]] int tokens() const { return cache_.tokens; }
+  [[nodiscard]] const kv_cache& cache() const { return cache_; }
+  // Starts a new sequence from another engine's cache of the same model (its tokens' K and V are
+  // copied; summaries are rebuilt on the next call): e.g. one dense prefill shared by policies.
+  [[nodiscard]] skim::status start_from(const kv_cache& other) {
+    if (other.kv_heads != cache_.kv_heads || other.head_dim != cache_.head_dim || other.tokens > cache_.max_tokens) {
+      return skim::status::error(skim::status_code::shape_mismatch, "cache of %d tokens (%d kv heads of dim %d) does not fit one of %d (%d of %d)",
+                                 other.tokens, other.kv_heads, other.head_dim, cache_.max_tokens, cache_.kv_heads, cache_.head_dim);
+    }
+    reset();
+    const auto row = static_cast<std::size_t>(cache_.kv_heads) * cache_.head_dim;
+    const int layers = static_cast<int>(layers_.size());
+    for (int l = 0; l < layers; ++l) {
+      std::copy_n(other.k.data() + l * other.layer_stride(), other.tokens * row, cache_.k_at(l, 0));
+      std::copy_n(other.v.data() + l * other.layer_stride(), other.tokens * row, cache_.v_at(l, 0));
+    }
+    cache_.tokens = other.tokens;
+    return skim::status::success();
+  }
   [[nodiscard]] int capacity() const { return cache_.max_tokens; }
   [[nodiscard]] const engine_options& options() const { return o_; }
 
-  // Runs tokens after the cached ones; logits [tokens.size(), vocab] or empty. An evicting cache
+  // Runs tokens after the cached ones; logits [tokens.size(), vocab], [vocab] (the last position) or empty. An evicting cache
   // takes them one at a time.
   [[nodiscard]] skim::status run(std::span<const int> tokens, std::span<float> logits) {
     forward_options fo;
-    fo.attention = [this](const attention_args& a) { return backend_->run(a, layers_[static_cast<std::size_t>(a.layer)], stats); };
+    fo.attention = [this](const attention_args& a) {
+      if (a.n_q != 1) return backend_->run(a, layers_[static_cast<std::size_t>(a.layer)], stats);
+      const auto t0 = std::chrono::steady_clock::now();
+      const skim::status s = backend_->run(a, layers_[static_cast<std::size_t>(a.layer)], stats);
+      stats.decode_attention_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return s;
+    };
+    stats.decode_steps += tokens.size() == 1;
     fo.on_qkv = on_qkv;
+    fo.threads = o_.threads;
     if (o_.evict == eviction::none || tokens.size() <= 1) return forward(*m_, cache_, tokens, logits, fo);
     const auto v = static_cast<std::size_t>(m_->cfg.vocab_size);
+    const bool last_only = logits.size() == v;
     for (std::size_t t = 0; t < tokens.size(); ++t) {
-      SKIM_TRY(forward(*m_, cache_, tokens.subspan(t, 1), logits.empty() ? logits : logits.subspan(t * v, v), fo));
+      const std::span<float> out = logits.empty() ? logits
+                                   : last_only    ? (t + 1 == tokens.size() ? logits : std::span<float>{})
+                                                  : logits.subspan(t * v, v);
+      SKIM_TRY(forward(*m_, cache_, tokens.subspan(t, 1), out, fo));
     }
     return skim::status::success();
   }
@@ -490,10 +607,9 @@ class engine {
   [[nodiscard]] skim::status generate(std::span<const int> prompt, int n, std::vector<int>& out) {
     reset();
     const auto v = static_cast<std::size_t>(m_->cfg.vocab_size);
-    std::vector<float> logits(prompt.size() * v);
+    std::vector<float> logits(v);  // the prompt's last position only
     SKIM_TRY(run(prompt, logits));
-    int next = argmax(std::span<const float>(logits).last(v));
-    logits.resize(v);
+    int next = argmax(logits);
     for (int i = 0; i < n; ++i) {
       out.push_back(next);
       if (i + 1 == n || cache_.tokens >= cache_.max_tokens) break;

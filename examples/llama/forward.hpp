@@ -7,6 +7,12 @@
 // then logits = classifier · rms(x). RoPE rotates interleaved pairs (x[2i], x[2i+1]) of each
 // head by pos · theta^(-2i/head_dim).
 //
+// The projections and the classifier are matrix products over all tokens of the call at once
+// (Eigen), split into fixed slices of output features run on forward_options::threads threads: a
+// slice's result depends on the slice only, so the logits are the same bits for any thread count.
+// A prefill's products and a decode step's round differently (a GEMM sums in another order than a
+// GEMV), so prefill and token-by-token decode agree to float rounding, not bit for bit.
+//
 // Attention is a pluggable callable taking skim's layout and causal rule (DESIGN.md §2):
 // Q [n_q, heads_q, head_dim], K and V [n_kv, heads_kv, head_dim] (this layer's cache),
 // query i sees key j iff j <= i + n_kv - n_q. dense_attention is the default; an engine
@@ -20,7 +26,10 @@
 #include <span>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "model.hpp"
+#include "skim/core/parallel.hpp"
 
 namespace skim_llama {
 
@@ -97,18 +106,28 @@ using qkv_hook = std::function<void(const qkv_view&)>;
 struct forward_options {
   attention_fn attention = dense_attention;
   qkv_hook on_qkv = {};  // optional
+  int threads = 1;       // for the projections and the classifier (attention_fn runs its own)
 };
 
 namespace detail {
 
-// out[r] = Σ_c w[r, c] · x[c] for w [rows, cols].
-inline void matvec(float* out, const float* x, std::span<const float> w, int rows, int cols) {
-  for (int r = 0; r < rows; ++r) {
-    const float* wr = w.data() + static_cast<std::size_t>(r) * cols;
-    float s = 0.0f;
-    for (int c = 0; c < cols; ++c) s += wr[c] * x[c];
-    out[r] = s;
-  }
+// Output features per slice of matmul(): the unit of work handed to a thread.
+inline constexpr int matmul_slice = 128;
+// Below this many multiply-adds a product runs on the calling thread (spawning costs more).
+inline constexpr double matmul_parallel_work = 4e6;
+
+// out[t, r] = Σ_c x[t, c] · w[r, c] for x [n, cols], w [rows, cols] and out [n, rows], all row-major.
+inline void matmul(float* out, const float* x, std::span<const float> w, int n, int rows, int cols, int threads) {
+  using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Eigen::Map<const matrix> xs(x, n, cols);
+  const int slices = (rows + matmul_slice - 1) / matmul_slice;
+  const double work = static_cast<double>(n) * rows * cols;
+  skim::parallel_for(slices, work < matmul_parallel_work ? 1 : threads, [&](std::int32_t, std::int64_t s, std::int64_t) {
+    const int r0 = static_cast<int>(s) * matmul_slice, rn = std::min(matmul_slice, rows - r0);
+    const Eigen::Map<const matrix> ws(w.data() + static_cast<std::size_t>(r0) * cols, rn, cols);
+    Eigen::Map<matrix, 0, Eigen::OuterStride<>> os(out + r0, n, rn, Eigen::OuterStride<>(rows));
+    os.noalias() = xs * ws.transpose();
+  });
 }
 
 inline void rmsnorm(float* out, const float* x, std::span<const float> w, int n) {
@@ -136,7 +155,8 @@ inline void rope(float* x, int heads, int head_dim, int pos) {
 }  // namespace detail
 
 // Runs `tokens` through the model after the cache's tokens, appending their K and V.
-// logits: [tokens.size(), vocab] for every position, or empty to skip the classifier.
+// logits: [tokens.size(), vocab] for every position, [vocab] for the last one only, or empty to skip
+// the classifier.
 // Prefill is one call with the whole prompt; decode is one call per token.
 [[nodiscard]] inline skim::status forward(const model& m, kv_cache& cache, std::span<const int> tokens, std::span<float> logits,
                                           const forward_options& opt = {}) {
@@ -151,9 +171,10 @@ inline void rope(float* x, int heads, int head_dim, int pos) {
     return skim::status::error(skim::status_code::invalid_argument, "kv cache holds %d of %d tokens, %d more do not fit",
                                cache.tokens, cache.max_tokens, n);
   }
-  if (!logits.empty() && logits.size() != static_cast<std::size_t>(n) * c.vocab_size) {
-    return skim::status::error(skim::status_code::shape_mismatch, "logits hold %zu floats, need %d tokens x vocab %d", logits.size(),
-                               n, c.vocab_size);
+  const bool last_only = logits.size() == static_cast<std::size_t>(c.vocab_size) && n > 1;
+  if (!logits.empty() && !last_only && logits.size() != static_cast<std::size_t>(n) * c.vocab_size) {
+    return skim::status::error(skim::status_code::shape_mismatch, "logits hold %zu floats, need %d tokens x vocab %d (or vocab alone)",
+                               logits.size(), n, c.vocab_size);
   }
   for (int t = 0; t < n; ++t) {
     if (tokens[t] < 0 || tokens[t] >= c.vocab_size) {
@@ -170,13 +191,14 @@ inline void rope(float* x, int heads, int head_dim, int pos) {
     std::copy_n(m.token_embedding.data() + static_cast<std::size_t>(tokens[t]) * dim, dim, row(x, t, dim));
   }
 
+  const int th = opt.threads;
   for (int l = 0; l < c.n_layers; ++l) {
     const layer_weights& w = m.layers[l];
+    for (int t = 0; t < n; ++t) detail::rmsnorm(row(xb, t, dim), row(x, t, dim), w.rms_att, dim);
+    detail::matmul(q.data(), xb.data(), w.wq, n, qdim, dim, th);
+    detail::matmul(k_new.data(), xb.data(), w.wk, n, kvd, dim, th);
+    detail::matmul(v_new.data(), xb.data(), w.wv, n, kvd, dim, th);
     for (int t = 0; t < n; ++t) {
-      detail::rmsnorm(row(xb, t, dim), row(x, t, dim), w.rms_att, dim);
-      detail::matvec(row(q, t, qdim), row(xb, t, dim), w.wq, qdim, dim);
-      detail::matvec(row(k_new, t, kvd), row(xb, t, dim), w.wk, kvd, dim);
-      detail::matvec(row(v_new, t, kvd), row(xb, t, dim), w.wv, kvd, dim);
       detail::rope(row(q, t, qdim), c.n_heads, hd, first + t);
       detail::rope(row(k_new, t, kvd), c.n_kv_heads, hd, first + t);
     }
@@ -190,28 +212,21 @@ inline void rope(float* x, int heads, int head_dim, int pos) {
                             .k = std::span<const float>(cache.k_at(l, 0), kv_len), .v = std::span<const float>(cache.v_at(l, 0), kv_len),
                             .out = att}));
 
-    for (int t = 0; t < n; ++t) {
-      float* xt = row(x, t, dim);
-      float* xbt = row(xb, t, dim);
-      detail::matvec(xbt, row(att, t, qdim), w.wo, dim, qdim);
-      for (int i = 0; i < dim; ++i) xt[i] += xbt[i];
-      detail::rmsnorm(xbt, xt, w.rms_ffn, dim);
-      float* a = row(h1, t, hid);
-      float* b = row(h3, t, hid);
-      detail::matvec(a, xbt, w.w1, hid, dim);
-      detail::matvec(b, xbt, w.w3, hid, dim);
-      for (int i = 0; i < hid; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];  // SwiGLU: silu(gate) · up
-      detail::matvec(xbt, a, w.w2, dim, hid);
-      for (int i = 0; i < dim; ++i) xt[i] += xbt[i];
-    }
+    detail::matmul(xb.data(), att.data(), w.wo, n, dim, qdim, th);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += xb[i];
+    for (int t = 0; t < n; ++t) detail::rmsnorm(row(xb, t, dim), row(x, t, dim), w.rms_ffn, dim);
+    detail::matmul(h1.data(), xb.data(), w.w1, n, hid, dim, th);
+    detail::matmul(h3.data(), xb.data(), w.w3, n, hid, dim, th);
+    for (std::size_t i = 0; i < h1.size(); ++i) h1[i] = h1[i] / (1.0f + std::exp(-h1[i])) * h3[i];  // SwiGLU: silu(gate) · up
+    detail::matmul(xb.data(), h1.data(), w.w2, n, dim, hid, th);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += xb[i];
   }
   cache.tokens += n;
 
   if (!logits.empty()) {
-    for (int t = 0; t < n; ++t) {
-      detail::rmsnorm(row(xb, t, dim), row(x, t, dim), m.rms_final, dim);
-      detail::matvec(logits.data() + static_cast<std::size_t>(t) * c.vocab_size, row(xb, t, dim), m.classifier, c.vocab_size, dim);
-    }
+    const int from = last_only ? n - 1 : 0;
+    for (int t = from; t < n; ++t) detail::rmsnorm(row(xb, t, dim), row(x, t, dim), m.rms_final, dim);
+    detail::matmul(logits.data(), row(xb, from, dim), m.classifier, n - from, c.vocab_size, dim, th);
   }
   return skim::status::success();
 }
