@@ -4,7 +4,8 @@
 //   skim-eval --q Q.npy --k K.npy --v V.npy [--causal|--no-causal] [--recall 8,16,32] [--json]
 //             [--min-position N] [--repeat N] [--head-table] --config SPEC [--config SPEC ...]
 //
-// A SPEC is a comma list of key=value (config_keys below lists them with their defaults):
+// A SPEC is a comma list of key=value (config_keys below lists them; the defaults are skim::defaults'
+// decode routing: mean_pool, blocks of 4, one query per row, sink 1, local 8, reduce sum, kv scope):
 //   summarizer=max_bound,block=16,bq=16,select=top_k,k=8,sink=1,local=1,recency=1,pool=max
 // budget=B (0 < B <= 1, top_k only) replaces k: the longest row (the last query block, which sees
 // every kv block) reads ceil(B × kv blocks) blocks, reserved ones included, i.e.
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "skim/core/problem.hpp"
+#include "skim/defaults.hpp"
 #include "skim/pipeline.hpp"
 #include "skim/route/pooled_router.hpp"
 #include "skim/select/threshold.hpp"
@@ -40,11 +42,12 @@ enum class selector_kind : std::uint8_t { top_k, threshold };
 // One pipeline to evaluate, as given by a --config SPEC.
 struct config {
   std::string spec;  // the text it came from, for reports
-  summarizer_kind summarizer = summarizer_kind::max_bound;
+  // The defaults are skim/defaults.hpp's decode routing (one query per row).
+  summarizer_kind summarizer = summarizer_kind::mean_pool;
   std::int32_t probes = 4;     // probe_max: 2, 4 or 8
   std::int32_t centroids = 2;  // multi_centroid: 2 or 4
-  std::int32_t block = 64;     // bk, keys per block
-  std::int32_t bq = 0;         // queries per block; 0: the same as block
+  std::int32_t block = skim::defaults::block_kv;  // bk, keys per block
+  std::int32_t bq = 1;         // queries per block; 0: the same as block
   selector_kind select = selector_kind::top_k;
   std::optional<std::int32_t> k;  // top_k: blocks beyond the reserved ones
   std::optional<double> budget;   // top_k: share of the kv blocks, (0, 1] (see the header comment)
@@ -52,13 +55,13 @@ struct config {
   std::optional<float> tau;       // threshold: required
   std::int32_t k_min = 0;
   std::int32_t k_max = std::numeric_limits<std::int32_t>::max();
-  std::int32_t sink = 0;       // reserved: first blocks
-  std::int32_t local = 0;      // reserved: newest visible blocks
+  std::int32_t sink = skim::defaults::sink_blocks;    // reserved: first blocks
+  std::int32_t local = skim::defaults::local_blocks;  // reserved: newest visible blocks
   bool recency = true;         // reserved: the newest visible block
   float importance = 0.0f;     // reserved: share of the dynamic budget by the oracle prior (run.hpp)
   skim::route::query_pool pool = skim::route::query_pool::last;
-  skim::route::group_reduce reduce = skim::route::group_reduce::max;
-  skim::index_scope scope = skim::index_scope::kv_head;
+  skim::route::group_reduce reduce = skim::defaults::reduce;
+  skim::index_scope scope = skim::defaults::scope;
   bool share = false;          // one selection per query block for all its heads (sparse_attention::share_heads)
   skim::head_pool share_pool = skim::head_pool::relative;  // share=1: relative; share=max: the raw maximum
 
@@ -93,7 +96,8 @@ inline constexpr std::string_view usage_text =
     "SPEC: comma list of key=value, e.g.\n"
     "  summarizer=max_bound,block=16,select=top_k,k=8,sink=1,local=1,recency=1,pool=max,reduce=max,scope=kv\n"
     "  summarizer  mean_pool | max_bound | probe_max (probes=2|4|8) | multi_centroid (centroids=2|4)\n"
-    "  block, bq   key / query block sizes (bq defaults to block)\n"
+    "  block, bq   key / query block sizes (bq=0: the same as block)\n"
+    "  defaults    summarizer=mean_pool,block=4,bq=1,sink=1,local=8,recency=1,reduce=sum,scope=kv\n"
     "  select      top_k (k=N or budget=B) | threshold (mode=absolute|relative|mass, tau, k_min, k_max)\n"
     "  budget=B    top_k with k = ceil(B x kv blocks) - reserved blocks (sink + max(local, recency))\n"
     "  sink=N local=N recency=0|1 importance=S   reserved branches; importance ranks by the dense\n"

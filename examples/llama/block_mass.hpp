@@ -35,11 +35,17 @@ inline constexpr int mass_query_chunk = 128;
 [[nodiscard]] inline int key_blocks(int n_kv, int block_kv) { return (n_kv + block_kv - 1) / block_kv; }
 
 // See the header comment; mass is resized to n_q · heads_q · key_blocks(n_kv, block_kv).
-inline void dense_block_mass(const attention_args& a, int block_kv, int threads, std::vector<float>& mass) {
+// top (optional): the blocks of each row's recall_keys most probable keys, [n_q · heads_q · recall_keys]
+// (ties to the lower key; -1 past a row's visible keys), for recall@recall_keys.
+inline constexpr int recall_keys = 16;
+inline void dense_block_mass(const attention_args& a, int block_kv, int threads, std::vector<float>& mass,
+                             std::vector<std::int32_t>* top = nullptr) {
   using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using strided = Eigen::Map<const matrix, 0, Eigen::OuterStride<>>;
   const int blocks = key_blocks(a.n_kv, block_kv), group = a.heads_q / a.heads_kv;
   mass.assign(static_cast<std::size_t>(a.n_q) * a.heads_q * blocks, 0.0f);
+  if (top) top->assign(static_cast<std::size_t>(a.n_q) * a.heads_q * recall_keys, -1);
+  std::vector<std::vector<std::int32_t>> order(static_cast<std::size_t>(std::min(std::max(threads, 1), skim::max_parallel_threads)));
   const int chunks = (a.n_q + mass_query_chunk - 1) / mass_query_chunk;
   const int offset = a.n_kv - a.n_q;
   std::vector<matrix> scratch(static_cast<std::size_t>(std::min(std::max(threads, 1), skim::max_parallel_threads)));
@@ -64,6 +70,15 @@ inline void dense_block_mass(const attention_args& a, int block_kv, int threads,
         double m = 0;
         for (int j = b * block_kv; j < std::min(visible, (b + 1) * block_kv); ++j) m += std::exp(static_cast<double>(row[j] - mx));
         out[b] = static_cast<float>(m / z);
+      }
+      if (top) {  // the recall_keys largest scores, ties to the lower key
+        std::vector<std::int32_t>& o = order[static_cast<std::size_t>(slot)];
+        o.resize(static_cast<std::size_t>(visible));
+        for (int j = 0; j < visible; ++j) o[static_cast<std::size_t>(j)] = j;
+        const int t_n = std::min(recall_keys, visible);
+        std::partial_sort(o.begin(), o.begin() + t_n, o.end(), [&](std::int32_t x, std::int32_t y) { return row[x] != row[y] ? row[x] > row[y] : x < y; });
+        std::int32_t* dst = top->data() + (static_cast<std::size_t>(q0 + t) * a.heads_q + h) * recall_keys;
+        for (int i = 0; i < t_n; ++i) dst[i] = o[static_cast<std::size_t>(i)] / block_kv;
       }
     }
   });
@@ -127,21 +142,33 @@ struct coverage_stats {
   std::vector<double> sum;       // [layers * heads_q]
   std::vector<std::int64_t> n;   // [layers * heads_q]
   std::vector<float> all;        // every (query, head) coverage measured
+  double recall_sum = 0;         // Σ recall@recall_keys over them
   int heads_q = 0;
 
-  // Adds one call's selection `table` (rows of problem p, queries at absolute positions first..).
-  void add(const skim::problem& p, skim::index::block_table table, std::span<const float> mass, int layer, int first_position) {
+  // Adds one call's selection `table` (rows of problem p, queries at absolute positions first..),
+  // with the true masses and top blocks of dense_block_mass.
+  void add(const skim::problem& p, skim::index::block_table table, std::span<const float> mass, std::span<const std::int32_t> top,
+           int layer, int first_position) {
     heads_q = p.heads_q;
     const int blocks = p.max_kv_blocks();
     const std::size_t cell = static_cast<std::size_t>(layer + 1) * p.heads_q;
     if (sum.size() < cell) sum.resize(cell, 0.0), n.resize(cell, 0);
+    std::vector<char> chosen(static_cast<std::size_t>(blocks));
     (void)skim::for_each_row(p, [&](const skim::row_info& r) {
       const row_heads hs = heads_of(p, r);
       for (int t = std::max(r.q_begin, min_position - first_position); t < r.q_end; ++t) {
         for (int h = hs.first; h < hs.first + hs.count; ++h) {
           const float* m = mass.data() + (static_cast<std::size_t>(t) * p.heads_q + h) * blocks;
           double c = 0;
-          for (auto cur = table.cursor(r); !cur.done(); cur.next()) c += m[cur.id()];
+          std::fill(chosen.begin(), chosen.end(), 0);
+          for (auto cur = table.cursor(r); !cur.done(); cur.next()) {
+            c += m[cur.id()];
+            chosen[static_cast<std::size_t>(cur.id())] = 1;
+          }
+          const std::int32_t* tb = top.data() + (static_cast<std::size_t>(t) * p.heads_q + h) * recall_keys;
+          int hit = 0, want = 0;
+          for (int i = 0; i < recall_keys && tb[i] >= 0; ++i, ++want) hit += chosen[static_cast<std::size_t>(tb[i])];
+          recall_sum += want > 0 ? static_cast<double>(hit) / want : 1.0;
           sum[static_cast<std::size_t>(layer) * p.heads_q + h] += c;
           ++n[static_cast<std::size_t>(layer) * p.heads_q + h];
           all.push_back(static_cast<float>(c));
@@ -149,6 +176,7 @@ struct coverage_stats {
       }
     });
   }
+  [[nodiscard]] double recall() const { return all.empty() ? 1.0 : recall_sum / static_cast<double>(all.size()); }
   [[nodiscard]] double mean() const {
     double s = 0;
     for (const float c : all) s += c;

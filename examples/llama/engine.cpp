@@ -1,18 +1,31 @@
-// skim-llama — the stories260K Llama on skim (engine.hpp): generation and perplexity tables.
+// skim-llama — any llama2.c checkpoint on skim (engine.hpp): generation, perplexity and needle tables.
 //
-//   skim-llama generate   [--attention SPEC] [--prompt TEXT] [--tokens N] [--dump DIR] [--models DIR]
-//   skim-llama perplexity [--attention SPEC]... [--text FILE] [--window N] [--windows M]
-//                         [--greedy N] [--prompts P] [--markdown] [--models DIR]
+//   skim-llama generate   [--attention SPEC] [--prompt TEXT] [--tokens N] [--dump DIR] [COMMON]
+//   skim-llama perplexity [--attention SPEC]... [--text FILE] [--window N] [--windows M] [--from P]
+//                         [--measure] [--greedy N] [--prompts P] [--markdown] [COMMON]
+//   skim-llama needle     [--attention SPEC]... [--text FILE] [--lengths 1024,2048,4096]
+//                         [--depths 0.1,0.3,0.5,0.7,0.9] [--needles N] [--seed S] [--routed-prefill] [COMMON]
+//   COMMON: [--model FILE] [--tokenizer FILE] [--models DIR] [--threads N]
 //
+// --model/--tokenizer default to stories260K.bin and tok512.bin in the models directory (found as
+// models_dir.hpp says, or --models DIR); --threads runs the projections, the classifier and the dense
+// executor on N threads.
 // generate: greedy continuation of TEXT (default: BOS only) by N tokens (default 64); --dump DIR
 // writes each layer's Q, K (after RoPE) and V of every processed token as DIR/{q,k,v}.npy,
 // [layers, heads, tokens, head_dim] float32 (skim-eval's input).
 // perplexity: the text (default tinystories_more.txt) is encoded and cut into M windows of N tokens
 // (default 8 of 512), each starting with BOS; each window is prefilled (token by token under
-// eviction) and scored by the mean next-token loss. Dense attention is always run first as the
-// reference; each --attention SPEC gives one row: perplexity, change vs dense, keys read / causal
-// keys, eviction loss, and with --greedy N the share of N greedy tokens equal to dense's, from P
-// prompts (each window's first 16 tokens).
+// eviction) and scored by the mean next-token loss of positions >= P (default 0). Dense attention is
+// always run first as the reference; each --attention SPEC gives one row: perplexity, change vs
+// dense, keys read / causal keys, eviction loss, and with --greedy N the share of N greedy tokens
+// equal to dense's, from P prompts (each window's first 16 tokens). --measure adds, for routed and
+// oracle rows, the coverage of the true attention mass (mean, p5, worst layer and head) and
+// recall@16 of each selection, over queries at positions >= P (block_mass.hpp).
+// needle: N needles per (length, depth) (default 8) planted in the text (default kernel_val.c.txt;
+// needle.hpp); one dense prefill of each haystack is shared by every row, whose policy then decodes
+// the question and a 12-token greedy answer one token at a time (--routed-prefill: each row
+// prefills with its own policy too). A row counts the needles it answers among those dense
+// answers, per depth, with its decode attention time per token and its time per needle.
 // SPEC: engine.hpp's header (skim-eval's --config keys plus policy, exec, seed, evict, keep, ...).
 
 #include <chrono>
@@ -41,11 +54,14 @@ namespace {
 
 int usage(const std::string& msg) {
   std::fprintf(stderr,
-               "skim-llama: %s\nusage: skim-llama generate [--attention SPEC] [--prompt TEXT] [--tokens N] [--dump DIR] [--models DIR]\n"
-               "       skim-llama perplexity [--attention SPEC]... [--text FILE] [--window N] [--windows M] [--greedy N]\n"
-               "                             [--prompts P] [--markdown] [--models DIR]\n"
-               "SPEC e.g. dense | policy=skim,summarizer=max_bound,block=16,budget=0.25,sink=1 |\n"
-               "          policy=recency,budget=0.25,sink=1 | policy=random,budget=0.25,sink=1 |\n"
+               "skim-llama: %s\nusage: skim-llama generate [--attention SPEC] [--prompt TEXT] [--tokens N] [--dump DIR] [COMMON]\n"
+               "       skim-llama perplexity [--attention SPEC]... [--text FILE] [--window N] [--windows M] [--from P] [--measure]\n"
+               "                             [--greedy N] [--prompts P] [--markdown] [COMMON]\n"
+               "       skim-llama needle [--attention SPEC]... [--text FILE] [--lengths L,L] [--depths D,D] [--needles N]\n"
+               "                         [--seed S] [--routed-prefill] [COMMON]\n"
+               "COMMON: [--model FILE] [--tokenizer FILE] [--models DIR] [--threads N]\n"
+               "SPEC e.g. dense | policy=skim,budget=0.125 | policy=skim,summarizer=max_bound,block=16,budget=0.25,sink=1 |\n"
+               "          policy=recency,budget=0.25,sink=1 | policy=random,budget=0.25,sink=1 | policy=oracle,budget=0.125 |\n"
                "          policy=dense,evict=attention_mass|recency|summary_score,keep=0.5,block=16\n",
                msg.c_str());
   return 2;
@@ -66,7 +82,7 @@ void scatter(std::vector<float>& dst, std::span<const float> src, int layer, int
 
 struct row {
   std::string spec;
-  double nll = 0, ppl = 0, density = 0, evict_loss = 0, greedy_same = -1, seconds = 0;
+  double nll = 0, ppl = 0, density = 0, kv_density = 0, evict_loss = 0, greedy_same = -1, seconds = 0;
   bool evicts = false;
 };
 
@@ -120,14 +136,14 @@ int run_needles(const model& m, const tokenizer& tok, const corpus& c, std::vect
       rows[i].spec = configs[i].spec;
       rows[i].found.assign(ns.depths.size(), 0);
       rows[i].asked.assign(ns.depths.size(), 0);
-      engines.push_back(std::make_unique<engine>(m, configs[i], length + ns.answer_tokens));
+      engines.push_back(std::make_unique<engine>(m, configs[i], length));
     }
     engine base(m, configs[0], length);
     std::mt19937_64 rng(ns.seed * 1000003u + static_cast<std::uint64_t>(length));
     int distance_min = length, distance_max = 0;
     for (std::size_t d = 0; d < ns.depths.size(); ++d) {
       for (int k = 0; k < ns.per_cell; ++k) {
-        const std::optional<needle> n = make_needle(tok, c, length, ns.depths[d], rng);
+        const std::optional<needle> n = make_needle(tok, c, length - ns.answer_tokens, ns.depths[d], rng);  // the answer fits too
         if (!n) {
           std::fprintf(stderr, "skim-llama: the text is too short for %d-token needles\n", length);
           return 1;
@@ -167,7 +183,7 @@ int run_needles(const model& m, const tokenizer& tok, const corpus& c, std::vect
         }
       }
     }
-    std::printf("\n%d-token prompts: %d needles, %d per depth, needle %d..%d tokens before the question%s\n\n", length,
+    std::printf("\n%d tokens (prompt and answer): %d needles, %d per depth, needle %d..%d tokens before the question%s\n\n", length,
                 rows[0].needles, ns.per_cell, distance_min, distance_max, ns.routed_prefill ? " (prefill routed too)" : "");
     std::printf("| attention | found | ");
     for (const double d : ns.depths) std::printf("depth %.0f%% | ", 100 * d);
@@ -190,7 +206,7 @@ int run_needles(const model& m, const tokenizer& tok, const corpus& c, std::vect
 int main(int argc, char** argv) {
   if (argc < 2) return usage("a command is required");
   const std::string_view cmd = argv[1];
-  if (cmd == "-h" || cmd == "--help") return usage("sparse attention on the stories260K Llama");
+  if (cmd == "-h" || cmd == "--help") return usage("sparse attention on a llama2.c checkpoint");
   if (cmd != "generate" && cmd != "perplexity" && cmd != "needle") return usage("unknown command " + std::string(cmd));
   std::vector<engine_options> configs;
   fs::path models, model_path, tokenizer_path, text_path, dump;
@@ -324,7 +340,7 @@ int main(int argc, char** argv) {
     if (const auto s = skim::examples::read_file(text_path, text); !s.ok()) return fail(s);
     const corpus cor = corpus::encode(tok, std::string_view(reinterpret_cast<const char*>(text.data()), text.size()));
     for (const int l : ns.lengths) {
-      if (l + ns.answer_tokens > c.seq_len) std::fprintf(stderr, "skim-llama: %d-token prompts run beyond the trained context (%d)\n", l, c.seq_len);
+      if (l > c.seq_len) std::fprintf(stderr, "skim-llama: %d-token contexts run beyond the trained context (%d)\n", l, c.seq_len);
     }
     ns.markdown = markdown;
     return run_needles(m, tok, cor, configs, ns, threads);
@@ -367,6 +383,7 @@ int main(int argc, char** argv) {
     r.nll = sum / n;
     r.ppl = std::exp(r.nll);
     r.density = e.stats.density();
+    r.kv_density = e.stats.kv_density();
     r.evict_loss = e.stats.eviction_loss();
     if (greedy > 0) {
       long same = 0, total = 0;
@@ -383,20 +400,30 @@ int main(int argc, char** argv) {
     rows.push_back(r);
     const row& d = rows.front();
     const double change = 100.0 * (r.ppl / d.ppl - 1.0);
-    if (markdown) {
+    if (markdown && measure) {  // the quality table: coverage of the true mass and recall
+      const coverage_stats& cs = e.stats.coverage;
+      int wl = 0, wh = 0;
+      const double worst = cs.worst_head(wl, wh);
+      if (cs.all.empty()) {
+        std::printf("| `%s` | %.4f | %+.2f%% | %.3f | %.3f | - | - | - | - |\n", r.spec.c_str(), r.ppl, change, r.density, r.kv_density);
+      } else {
+        std::printf("| `%s` | %.4f | %+.2f%% | %.3f | %.3f | %.3f | %.3f | %.3f (L%d H%d) | %.3f |\n", r.spec.c_str(), r.ppl, change,
+                    r.density, r.kv_density, cs.mean(), cs.quantile(0.05), worst, wl, wh, cs.recall());
+      }
+    } else if (markdown) {
       std::printf("| `%s` | %.4f | %+.2f%% | %.3f | %s | %s |\n", r.spec.c_str(), r.ppl, change, r.density,
                   greedy > 0 ? (std::to_string(static_cast<int>(std::lround(100 * r.greedy_same))) + "%").c_str() : "-",
                   r.evicts ? (std::to_string(r.evict_loss).substr(0, 6)).c_str() : "-");
     } else {
-      std::printf("%-70s ppl %.4f (%+.2f%% vs dense)  keys read/causal %.3f  %.2f s", r.spec.c_str(), r.ppl, change, r.density,
-                  r.seconds);
+      std::printf("%-70s ppl %.4f (%+.2f%% vs dense)  keys read/causal %.3f  K/V read %.3f  %.2f s", r.spec.c_str(), r.ppl, change,
+                  r.density, r.kv_density, r.seconds);
       if (greedy > 0) std::printf("  greedy same %.1f%%", 100 * r.greedy_same);
       if (r.evicts) std::printf("  eviction loss %.4f", r.evict_loss);
       if (!e.stats.coverage.all.empty()) {
         int wl = 0, wh = 0;
         const double worst = e.stats.coverage.worst_head(wl, wh);
-        std::printf("  coverage mean %.4f p5 %.4f worst L%dH%d %.4f", e.stats.coverage.mean(), e.stats.coverage.quantile(0.05), wl, wh,
-                    worst);
+        std::printf("  coverage mean %.4f p5 %.4f worst L%dH%d %.4f recall@%d %.4f", e.stats.coverage.mean(), e.stats.coverage.quantile(0.05),
+                    wl, wh, worst, recall_keys, e.stats.coverage.recall());
       }
       std::printf("\n");
     }

@@ -1,5 +1,5 @@
 #pragma once
-// skim_llama::engine — the stories260K Llama with every attention call done by skim.
+// skim_llama::engine — a llama2.c checkpoint with every attention call done by skim.
 //
 // The model code is forward.hpp's; the engine plugs its attention_fn and keeps, per layer:
 //  - a paged view of forward.hpp's KV cache (skim::paged_kv over pages of page_size tokens of the
@@ -8,18 +8,29 @@
 //    build, then append_newest per decode step, or summarize::append + kept for a later chunk);
 //  - the selected block_table, the LSE and a workspace, reused by every call.
 // Modes (engine_options):
-//  - dense:   skim's executor (scalar, or simd<xsimd::default_arch>) over index::causal_all;
+//  - dense:   skim's executor (simd<xsimd::default_arch> where built, else scalar; exec=scalar
+//             picks the scalar one) over index::causal_all;
 //  - skim:    sparse_attention<Summarizer, pooled_router, reserved<budgeted>, Executor> with any
 //             summarizer, budget (a share of each row's visible blocks, or k), threshold selector,
-//             block sizes and reserved branches (sink, local, recency, importance not offered);
+//             block sizes and reserved branches (sink, local, recency; importance=S takes the share S
+//             of the budget by the previous layer's mass of each block: block_mass.hpp's
+//             selected_mass of layer l - 1's selection and LSE, layer 0 takes none). What a spec
+//             leaves out is skim::defaults' (skim/defaults.hpp): blocks of 4 keys, mean_pool, the
+//             group's scores summed, one selection per kv head, sink 1 and local 8;
 //  - recency: the same pipeline with reserved<budgeted{newest}>: sink + the newest blocks;
 //  - random:  reserved<budgeted{random}>: sink + newest + random blocks at the same budget;
+//  - oracle:  blocks ranked by the true mass they receive (dense attention over the call's own Q and
+//             K), then the same reserved<budgeted> and executor: the ceiling of block routing;
 //  - eviction (with dense): a cache that keeps ceil(keep × blocks) blocks per (layer, kv head),
 //    chosen by skim::evict (attention_mass / recency / summary_score), evicted blocks never return;
 //    decode runs over the resident blocks, the mass is accumulated from the executor's LSE
 //    (evict::accumulate_mass), and the true attention mass of the evicted blocks is measured.
+// dense_layers=N runs the first N layers densely under any policy. With engine_options::measure the
+// routed and oracle calls also record their selections' coverage of the true mass (stats.coverage).
 // The attention spec uses skim-eval's syntax (eval/options.hpp) plus the engine's keys, e.g.
-//   policy=skim,summarizer=max_bound,block=16,budget=0.25,sink=1
+//   policy=skim,budget=0.125
+//   policy=skim,summarizer=mean_pool,block=16,budget=0.25,sink=1,local=8,scope=kv,reduce=sum
+//   policy=oracle,block=8,budget=0.125,sink=0,recency=0,scope=query
 //   policy=dense,evict=attention_mass,keep=0.5,block=16
 
 #include <algorithm>
@@ -81,6 +92,7 @@ struct engine_options {
   std::int32_t evict_sink = 1, evict_newest = 1;
   std::int32_t evict_queries = 8;  // summary_score: recent queries per kv head group
   std::int32_t page_size = 16;
+  std::int32_t dense_layers = 0;  // the first N layers attend densely whatever the policy
   std::int32_t threads = 1;     // projections, classifier and the dense executor (not part of a spec)
   bool measure = false;         // sparse policies: measure each selection's coverage of the true mass (stats.coverage)
   std::int32_t measure_from = 0;  // ... for queries at positions >= this
@@ -131,6 +143,9 @@ struct engine_options {
     } else if (key == "keep") {
       if (!number(1e-6, 1.0, v)) return "attention '" + o.spec + "': keep outside (0, 1]";
       o.keep = v;
+    } else if (key == "dense_layers") {
+      if (!number(0, 1 << 20, v)) return "attention '" + o.spec + "': bad dense_layers";
+      o.dense_layers = static_cast<std::int32_t>(v);
     } else if (key == "evict_sink" || key == "evict_newest" || key == "evict_queries" || key == "page") {
       if (!number(key == "page" || key == "evict_queries" ? 1 : 0, 1 << 20, v)) return "attention '" + o.spec + "': bad " + std::string(key);
       (key == "evict_sink" ? o.evict_sink : key == "evict_newest" ? o.evict_newest : key == "page" ? o.page_size : o.evict_queries) =
@@ -143,9 +158,9 @@ struct engine_options {
     }
   }
   if (!budget_given) rest += (rest.empty() ? "" : ",") + std::string("budget=1");
-  if (!block_given) rest += ",block=16";  // the engine's default key block: 32 blocks at 512 tokens
+  if (!block_given) rest += ",block=" + std::to_string(skim::defaults::block_kv);  // skim-eval's default, kept explicit
   if (const std::string e = skim_eval::parse_config(rest, o.sparse); !e.empty()) return "attention '" + o.spec + "': " + e;
-  if (!bq_given) o.sparse.bq = 1;  // each query picks its own blocks, as in decode
+  if (!bq_given) o.sparse.bq = 1;  // each query picks its own blocks, as in decode (skim-eval's default too)
   if (o.evict != eviction::none && o.policy != attention_policy::dense) {
     return "attention '" + o.spec + "': eviction runs with policy=dense (attention over the resident blocks)";
   }
@@ -159,6 +174,7 @@ struct engine_options {
 struct engine_stats {
   double pairs_read = 0.0;    // (query, kv head, key) triples the index read
   double pairs_causal = 0.0;  // the same under dense causal attention
+  double kv_read = 0.0;       // distinct (query, kv head, key) triples: the union over a group's query heads
   double evicted_mass = 0.0;  // Σ over (decode step, layer, query head) of the true mass in evicted blocks
   std::int64_t evicted_samples = 0;
   skim::stage_times times;
@@ -166,6 +182,8 @@ struct engine_stats {
   double decode_attention_seconds = 0.0;  // wall time of attention calls of one query (decode steps)
   std::int64_t decode_steps = 0;          // forward calls of one token
   [[nodiscard]] double density() const { return pairs_causal > 0 ? pairs_read / pairs_causal : 1.0; }
+  // K/V read per (query, kv head) / causal keys: the bytes a decode step loads, relative to dense.
+  [[nodiscard]] double kv_density() const { return pairs_causal > 0 ? kv_read / pairs_causal : 1.0; }
   [[nodiscard]] double eviction_loss() const { return evicted_samples > 0 ? evicted_mass / static_cast<double>(evicted_samples) : 0.0; }
 };
 
@@ -177,6 +195,7 @@ struct layer_state {
   std::vector<std::int32_t> ids, count;
   std::vector<float> lse;
   std::vector<float> block_mass;  // dense_block_mass of the last call (measurements, oracle)
+  std::vector<std::int32_t> top_blocks;  // ... and the blocks of each row's most probable keys
   skim::workspace_buffer ws;
   std::vector<float> mass, true_mass, head_mass;          // [max_blocks, heads_kv], ..., [max_blocks]
   std::vector<std::vector<std::int32_t>> resident;        // [heads_kv] ids kept in the cache, ascending
@@ -221,6 +240,26 @@ inline double pairs_read(const skim::problem& p, skim::index::block_table t) {
   });
   return n;
 }
+// Distinct keys read per (query, kv head): under index_scope::query_head the union of the blocks the
+// group's query heads chose, which is what a decode step loads from memory (its K/V bytes).
+inline double kv_keys_read(const skim::problem& p, skim::index::block_table t) {
+  if (p.scope == skim::index_scope::kv_head) return pairs_read(p, t);
+  const std::int32_t group = p.group_size();
+  std::vector<char> mark(static_cast<std::size_t>(p.max_kv_blocks()));
+  double n = 0;
+  (void)skim::for_each_row(p, [&](const skim::row_info& r) {
+    if (r.head % group == 0) std::fill(mark.begin(), mark.end(), 0);
+    for (auto c = t.cursor(r); !c.done(); c.next()) mark[static_cast<std::size_t>(c.id())] = 1;
+    if (r.head % group != group - 1) return;
+    for (std::int32_t b = 0; b < r.visible_blocks; ++b) {
+      if (!mark[static_cast<std::size_t>(b)]) continue;
+      for (std::int32_t qi = r.q_begin; qi < r.q_end; ++qi) {
+        n += std::max(0, std::min((b + 1) * p.block_kv, r.visible_keys(qi, p.mask)) - b * p.block_kv);
+      }
+    }
+  });
+  return n;
+}
 inline double pairs_causal(const attention_args& a) {
   double n = 0;
   for (std::int32_t i = 0; i < a.n_q; ++i) n += i + a.n_kv - a.n_q + 1;
@@ -256,6 +295,7 @@ struct dense_backend final : backend {
       SKIM_TRY(exec.run(args, st.ws.span()));
     }
     stats.pairs_read += pairs_causal(a);
+    stats.kv_read += pairs_causal(a);
     stats.pairs_causal += pairs_causal(a);
     return skim::status::success();
   }
@@ -313,12 +353,13 @@ struct sparse_backend final : backend {
     SKIM_TRY(p.run(args, st.ws.span(), &t));
     stats.times += t;
     stats.pairs_read += pairs_read(c.p, table);
+    stats.kv_read += kv_keys_read(c.p, table);
     stats.pairs_causal += pairs_causal(a);
     if (prior) selected_mass(c.p, a, table, st.lse, carried);
     if (s.o->measure) {
-      dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass);
+      dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass, &st.top_blocks);
       stats.coverage.min_position = s.o->measure_from;
-      stats.coverage.add(c.p, table, st.block_mass, a.layer, a.n_kv - a.n_q);
+      stats.coverage.add(c.p, table, st.block_mass, st.top_blocks, a.layer, a.n_kv - a.n_q);
     }
     return skim::status::success();
   }
@@ -339,7 +380,7 @@ struct oracle_backend final : backend {
   skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
     const skim_eval::config& cfg = s.o->sparse;
     const call c(a, cfg.block_q(), cfg.block, cfg.scope, s.o->page_size, s.pages, s.page_table);
-    dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass);
+    dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass, s.o->measure ? &st.top_blocks : nullptr);
     const std::int32_t width = std::max(skim::select::max_count(selector, c.p), 1);
     const auto rows = static_cast<std::size_t>(c.p.index_rows());
     st.ids.resize(rows * static_cast<std::size_t>(width));
@@ -365,10 +406,11 @@ struct oracle_backend final : backend {
         .prob = c.p, .q = c.q, .kv = c.kv, .index = table, .o = c.o};
     SKIM_TRY(exec.run(args, st.ws.span()));
     stats.pairs_read += pairs_read(c.p, table);
+    stats.kv_read += kv_keys_read(c.p, table);
     stats.pairs_causal += pairs_causal(a);
     if (s.o->measure) {
       stats.coverage.min_position = s.o->measure_from;
-      stats.coverage.add(c.p, table, st.block_mass, a.layer, a.n_kv - a.n_q);
+      stats.coverage.add(c.p, table, st.block_mass, st.top_blocks, a.layer, a.n_kv - a.n_q);
     }
     return skim::status::success();
   }
@@ -469,6 +511,7 @@ struct evict_backend final : backend {
       if (rq.size() > cap) rq.erase(rq.begin(), rq.begin() + static_cast<std::ptrdiff_t>(rq.size() - cap));
     }
     stats.pairs_read += pairs_read(c.p, table);
+    stats.kv_read += kv_keys_read(c.p, table);
     stats.pairs_causal += pairs_causal(a);
     return skim::status::success();
   }
@@ -542,10 +585,16 @@ class engine {
     const engine_detail::shared_setup s{.o = &o_, .pages = pages, .page_table = page_table_,
                                         .max_blocks = (cache_.max_tokens + o_.sparse.block - 1) / o_.sparse.block};
 #ifdef SKIM_LLAMA_HAS_SIMD
-    backend_ = o_.exec == executor_kind::simd ? engine_detail::make_backend_with<skim::exec::simd<xsimd::default_arch>>(s)
+    using simd = skim::exec::simd<xsimd::default_arch>;
+    backend_ = o_.exec == executor_kind::simd ? engine_detail::make_backend_with<simd>(s)
                                               : engine_detail::make_backend_with<skim::exec::scalar>(s);
+    if (o_.dense_layers > 0) {
+      dense_ = o_.exec == executor_kind::simd ? std::unique_ptr<engine_detail::backend>(std::make_unique<engine_detail::dense_backend<simd>>(s))
+                                              : std::make_unique<engine_detail::dense_backend<skim::exec::scalar>>(s);
+    }
 #else
     backend_ = engine_detail::make_backend_with<skim::exec::scalar>(s);
+    if (o_.dense_layers > 0) dense_ = std::make_unique<engine_detail::dense_backend<skim::exec::scalar>>(s);
 #endif
     layers_.resize(static_cast<std::size_t>(m.cfg.n_layers));
   }
@@ -582,9 +631,10 @@ class engine {
   [[nodiscard]] skim::status run(std::span<const int> tokens, std::span<float> logits) {
     forward_options fo;
     fo.attention = [this](const attention_args& a) {
-      if (a.n_q != 1) return backend_->run(a, layers_[static_cast<std::size_t>(a.layer)], stats);
+      engine_detail::backend& b = a.layer < o_.dense_layers ? *dense_ : *backend_;
+      if (a.n_q != 1) return b.run(a, layers_[static_cast<std::size_t>(a.layer)], stats);
       const auto t0 = std::chrono::steady_clock::now();
-      const skim::status s = backend_->run(a, layers_[static_cast<std::size_t>(a.layer)], stats);
+      const skim::status s = b.run(a, layers_[static_cast<std::size_t>(a.layer)], stats);
       stats.decode_attention_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       return s;
     };
@@ -630,6 +680,7 @@ class engine {
   std::vector<std::int32_t> page_table_;
   std::vector<engine_detail::layer_state> layers_;
   std::unique_ptr<engine_detail::backend> backend_;
+  std::unique_ptr<engine_detail::backend> dense_;  // layers < dense_layers
 };
 
 // Mean next-token loss (nats) of logits [n, vocab] for ids [n] (positions 0..n-2 predict 1..n-1).

@@ -67,7 +67,12 @@ struct budgeted {
     const std::span<std::int32_t> cand = arena.take<std::int32_t>(static_cast<std::size_t>(v));
     const std::int32_t n = skim::select::detail::gather_candidates(v, in.exclude, cand);
     const auto reserved = static_cast<std::int32_t>(in.exclude.size());
-    const std::int32_t take = std::clamp(total(v, reserved) - reserved - in.budget_used, std::int32_t{0}, n);
+    // in.exclude holds every block chosen before (reserved<>'s sink, local, recency and importance
+    // blocks); in.budget_used counts those of them that came out of this selector's budget. A share
+    // caps the row's whole selection, so only the excluded count comes off it; k counts beyond the
+    // reserved branches, so the budget already used comes off it.
+    const std::int32_t take =
+        std::clamp(k >= 0 ? k - in.budget_used : total(v, reserved) - reserved, std::int32_t{0}, n);
     if (static_cast<std::size_t>(take) > out.size()) {
       count = take;
       return skim::select::detail::out_too_small(in.row, take, out.size());

@@ -36,6 +36,7 @@
 #include "skim/index/sliding_window.hpp"
 #include "skim/index/transpose.hpp"
 
+#include "skim/defaults.hpp"
 #include "skim/summarize/build.hpp"
 #include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"

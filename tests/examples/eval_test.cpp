@@ -84,18 +84,19 @@ config parsed(const std::string& spec) {
 TEST_CASE("skim-eval options: good configuration specs") {
   SUBCASE("defaults") {
     const config c = parsed("k=8");
-    CHECK(c.summarizer == summarizer_kind::max_bound);
-    CHECK(c.block == 64);
-    CHECK(c.block_q() == 64);
+    CHECK(c.summarizer == summarizer_kind::mean_pool);  // skim::defaults
+    CHECK(c.block == skim::defaults::block_kv);
+    CHECK(c.block_q() == 1);
     CHECK(c.select == selector_kind::top_k);
     CHECK(c.k == 8);
     CHECK(!c.budget);
-    CHECK(c.sink == 0);
-    CHECK(c.local == 0);
+    CHECK(c.sink == skim::defaults::sink_blocks);
+    CHECK(c.local == skim::defaults::local_blocks);
     CHECK(c.recency);
     CHECK(c.pool == skim::route::query_pool::last);
-    CHECK(c.reduce == skim::route::group_reduce::max);
-    CHECK(c.scope == skim::index_scope::kv_head);
+    CHECK(c.reduce == skim::defaults::reduce);
+    CHECK(c.scope == skim::defaults::scope);
+    CHECK(parsed("k=8,bq=0").block_q() == skim::defaults::block_kv);
   }
   SUBCASE("every top_k key") {
     const config c = parsed(

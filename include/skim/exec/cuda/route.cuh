@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include "skim/core/workspace.hpp"
+#include "skim/defaults.hpp"
 #include "skim/exec/cuda/common.cuh"
 #include "skim/exec/cuda/route_kernels.cuh"
 #include "skim/exec/cuda/route_select.cuh"
@@ -67,8 +68,10 @@ struct decode_route_args {
 
 // The decode router: summaries -> scores -> reserved<top_k> ids, on the device (see the header).
 struct decode_router {
-  route::pooled_router router{};               // reduce combines the group's heads; pool is moot (one query)
-  select::reserved<select::top_k> selector{};  // sink, local, recency, dynamic.k; importance must be 0
+  // Defaults: skim/defaults.hpp's reduce and reserves (the top-k count, dynamic.k, is the caller's).
+  route::pooled_router router{.reduce = defaults::reduce};  // reduce combines the group's heads; pool is moot (one query)
+  select::reserved<select::top_k> selector{.sink = defaults::sink_blocks,
+                                           .local = defaults::local_blocks};  // dynamic.k; importance must be 0
   // One selection per query block (per sequence in decode) for all its index heads, from their scores
   // pooled as `pool` says (route/head_pool.hpp), as the CPU pipeline's share_heads does, bit for bit.
   // The table then has one row per query block (row q_block_offset(b)); the executors read it
