@@ -79,6 +79,19 @@ config parsed(const std::string& spec) {
   return c;
 }
 
+// A spec with the keys it leaves out set as the end-to-end cases were written for (max_bound,
+// bq = block, no sink or local, reduce max) rather than skim::defaults.
+config classic(const std::string& spec) {
+  config c = parsed(spec);
+  const auto given = [&](const char* key) { return spec.find(key) != std::string::npos; };
+  if (!given("summarizer=")) c.summarizer = summarizer_kind::max_bound;
+  if (!given("bq=")) c.bq = 0;
+  if (!given("sink=")) c.sink = 0;
+  if (!given("local=")) c.local = 0;
+  if (!given("reduce=")) c.reduce = skim::route::group_reduce::max;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("skim-eval options: good configuration specs") {
@@ -96,7 +109,6 @@ TEST_CASE("skim-eval options: good configuration specs") {
     CHECK(c.pool == skim::route::query_pool::last);
     CHECK(c.reduce == skim::defaults::reduce);
     CHECK(c.scope == skim::defaults::scope);
-    CHECK(parsed("k=8,bq=0").block_q() == skim::defaults::block_kv);
   }
   SUBCASE("every top_k key") {
     const config c = parsed(
@@ -267,7 +279,7 @@ TEST_CASE("skim-eval end to end: a budget that covers every block is dense atten
                              "summarizer=multi_centroid,centroids=4,block=8,budget=1,scope=query",
                              "summarizer=max_bound,block=8,select=threshold,mode=relative,tau=1e9",
                              "summarizer=max_bound,block=8,budget=1,share=1"}) {
-      o.configs.push_back(parsed(spec));
+      o.configs.push_back(classic(spec));
     }
     run_result r;
     const outcome out = run(o, r);
@@ -331,7 +343,7 @@ TEST_CASE("skim-eval end to end: a small budget loses mass, and min-position mea
   const temp_dir dir("skim_eval_test");
   options o = write_inputs(dir.path, 1, 96, 4, 1, 8, 99u);
   o.recall_at = {4};
-  o.configs = {parsed("summarizer=max_bound,block=8,k=1,local=1")};
+  o.configs = {classic("summarizer=max_bound,block=8,k=1,local=1")};
   run_result all, later;
   REQUIRE(run(o, all).ok());
   const auto& a = all.configs[0].quality;
@@ -376,7 +388,7 @@ TEST_CASE("skim-eval end to end: a small budget loses mass, and min-position mea
 TEST_CASE("skim-eval end to end: share=1 measures every head over its query block's one selection") {
   const temp_dir dir("skim_eval_test");
   options o = write_inputs(dir.path, 1, 80, 4, 2, 8, 7u);
-  o.configs = {parsed("summarizer=max_bound,block=8,k=2,local=1,share=1")};
+  o.configs = {classic("summarizer=max_bound,block=8,k=2,local=1,share=1")};
   run_result r;
   REQUIRE(run(o, r).ok());
   const auto& q = r.configs[0].quality;
@@ -404,7 +416,7 @@ TEST_CASE("skim-eval end to end: share=1 measures every head over its query bloc
 TEST_CASE("skim-eval end to end: bad files and shapes are bad input (exit status 2)") {
   const temp_dir dir("skim_eval_test");
   options o = write_inputs(dir.path, 0, 32, 4, 2, 8, 7u);
-  o.configs = {parsed("block=8,k=1")};
+  o.configs = {classic("block=8,k=1")};
   run_result r;
 
   SUBCASE("truncated .npy") {

@@ -103,29 +103,33 @@ TEST_CASE("kcode18M: the config and a float64 forward pass agree with the engine
   CHECK(worst < 2e-3 * std::max(scale, 1.0));
 }
 
-TEST_CASE("kcode18M: the default routed policy at 1/8 finds the needles dense finds" * doctest::skip(kcode_missing())) {
+TEST_CASE("kcode18M: the default routed policy at 1/8 finds the needles dense finds, the window none" * doctest::skip(kcode_missing())) {
   const kcode& k = kcode_model();
-  constexpr int length = 1536;
-  engine base(k.m, spec("dense"), length), dense(k.m, spec("dense"), length + 16), routed(k.m, spec("policy=skim,budget=0.125"), length + 16);
+  constexpr int length = 4096;  // dense answers most needles only at long range (docs/quality-kcode.md)
+  engine base(k.m, spec("dense"), length), dense(k.m, spec("dense"), length + 16), routed(k.m, spec("policy=skim,budget=0.125"), length + 16),
+      window(k.m, spec("policy=recency,budget=0.125,sink=1,local=0"), length + 16);
   std::mt19937_64 rng(7);
-  int asked = 0, found = 0;
-  for (const double depth : {0.1, 0.2, 0.3, 0.4}) {
-    const std::optional<needle> n = make_needle(k.tok, k.text, length, depth, rng);
+  int asked = 0, found = 0, window_found = 0;
+  for (const double depth : {0.3, 0.5, 0.7, 0.3, 0.5, 0.7}) {
+    const std::optional<needle> n = make_needle(k.tok, k.text, length - 12, depth, rng);
     REQUIRE(n);
     base.reset();
     REQUIRE(base.run(std::span<const int>(n->prompt).first(n->prompt.size() - n->question.size()), {}).ok());
     if (!answers(dense, base, k, *n)) continue;  // counted only where dense finds it
     ++asked;
     found += answers(routed, base, k, *n);
+    window_found += answers(window, base, k, *n);
   }
-  MESSAGE("dense found ", asked, " of 4 needles; the routed policy ", found);
-  REQUIRE(asked >= 2);
-  CHECK(found == asked);
+  MESSAGE("dense found ", asked, " of 6 needles; the routed policy ", found, ", the window ", window_found);
+  REQUIRE(asked >= 3);
+  // Seeded, so deterministic; the rates over many needles are docs/quality-kcode.md's.
+  CHECK(found >= asked - 1);
+  CHECK(window_found == 0);
 }
 
 TEST_CASE("kcode18M: perplexity under the default routed policy at 1/4 stays near dense" * doctest::skip(kcode_missing())) {
   const kcode& k = kcode_model();
-  constexpr int window = 2048, from = 512;
+  constexpr int window = 4096, from = 1024;  // as docs/quality-kcode.md measures
   std::vector<int> ids(k.text.tokens.begin() + 20000, k.text.tokens.begin() + 20000 + window);
   ids[0] = tokenizer::bos;
   const auto vocab = static_cast<std::size_t>(k.m.cfg.vocab_size);

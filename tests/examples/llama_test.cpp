@@ -123,7 +123,12 @@ TEST_CASE("llama: prefill equals token-by-token decode" * doctest::skip(model_mi
     for (int j = 0; j < vocab; ++j) worst = std::max(worst, std::abs(step[j] - prefill[t * vocab + j]));
   }
   CHECK(worst < 1e-4f);
-  CHECK(a.k == b.k);
+  // The same K up to float rounding: a prefill's products are GEMMs, a decode step's GEMVs, which
+  // sum in another order (forward.hpp).
+  float k_worst = 0;
+  for (std::size_t i = 0; i < a.k.size(); ++i) k_worst = std::max(k_worst, std::abs(a.k[i] - b.k[i]));
+  MESSAGE("max |K prefill - K decode| = ", k_worst);
+  CHECK(k_worst < 1e-4f);
 }
 
 TEST_CASE("llama: mean next-token loss over real TinyStories text" * doctest::skip(model_missing())) {
