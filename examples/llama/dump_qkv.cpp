@@ -1,7 +1,10 @@
-// skim-dump-qkv — run the real stories260K Llama over a text and write each layer's Q, K
-// (after RoPE) and V as .npy files, for skim-eval and the benchmarks.
+// skim-dump-qkv — run a llama2.c checkpoint (default: the real stories260K Llama) over a text and
+// write each layer's Q, K (after RoPE) and V as .npy files, for skim-eval and the benchmarks.
 //
-//   skim-dump-qkv --out DIR [--tokens N] [--models DIR] [TEXT]
+//   skim-dump-qkv --out DIR [--tokens N] [--models DIR] [--model FILE] [--tokenizer FILE] [--threads N] [TEXT]
+//
+// --model/--tokenizer default to stories260K.bin and tok512.bin in the models directory; the
+// forward pass runs its products and skim's dense executor on --threads threads.
 //
 // TEXT defaults to tinystories_sample.txt in the models directory (found as in
 // models_dir.hpp: $SKIM_MODELS_DIR, else shared/models above the working directory or
@@ -21,6 +24,7 @@
 
 #include "common/npy.hpp"
 #include "common/read_file.hpp"
+#include "llama/engine.hpp"
 #include "llama/forward.hpp"
 #include "llama/model.hpp"
 #include "llama/models_dir.hpp"
@@ -32,7 +36,7 @@ using namespace skim_llama;
 namespace {
 
 int usage(const char* msg) {
-  std::fprintf(stderr, "skim-dump-qkv: %s\nusage: skim-dump-qkv --out DIR [--tokens N] [--models DIR] [TEXT]\n", msg);
+  std::fprintf(stderr, "skim-dump-qkv: %s\nusage: skim-dump-qkv --out DIR [--tokens N] [--models DIR] [--model FILE] [--tokenizer FILE] [--threads N] [TEXT]\n", msg);
   return 2;
 }
 
@@ -57,7 +61,8 @@ void scatter(std::vector<float>& dst, std::span<const float> src, int layer, int
 
 int main(int argc, char** argv) {
   fs::path out_dir, text_path, models;
-  int n_tokens = 512;
+  fs::path model_path, tokenizer_path;
+  int n_tokens = 512, threads = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -65,13 +70,22 @@ int main(int argc, char** argv) {
       out_dir = argv[++i];
     } else if (a == "--models" && has_value) {
       models = argv[++i];
+    } else if (a == "--model" && has_value) {
+      model_path = argv[++i];
+    } else if (a == "--tokenizer" && has_value) {
+      tokenizer_path = argv[++i];
+    } else if (a == "--threads" && has_value) {
+      char* end = nullptr;
+      const long v = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || v <= 0 || v > 64) return usage("--threads needs an integer in [1, 64]");
+      threads = static_cast<int>(v);
     } else if (a == "--tokens" && has_value) {
       char* end = nullptr;
       const long v = std::strtol(argv[++i], &end, 10);
       if (*end != '\0' || v <= 0 || v > 1 << 20) return usage("--tokens needs a positive integer");
       n_tokens = static_cast<int>(v);
     } else if (a == "-h" || a == "--help") {
-      return usage("dump per-layer Q, K, V of the stories260K model as .npy");
+      return usage("dump per-layer Q, K, V of a llama2.c checkpoint as .npy");
     } else if (!a.starts_with("--") && text_path.empty()) {
       text_path = a;
     } else {
@@ -87,9 +101,11 @@ int main(int argc, char** argv) {
   if (text_path.empty()) text_path = models / "tinystories_sample.txt";
 
   model m;
-  if (const auto s = load(models / "stories260K.bin", m); !s.ok()) return fail(s);
+  if (model_path.empty()) model_path = models / "stories260K.bin";
+  if (tokenizer_path.empty()) tokenizer_path = models / "tok512.bin";
+  if (const auto s = load(model_path, m); !s.ok()) return fail(s);
   tokenizer tok;
-  if (const auto s = tokenizer::load(models / "tok512.bin", m.cfg.vocab_size, tok); !s.ok()) return fail(s);
+  if (const auto s = tokenizer::load(tokenizer_path, m.cfg.vocab_size, tok); !s.ok()) return fail(s);
   if (n_tokens > m.cfg.seq_len) return usage(("--tokens " + std::to_string(n_tokens) + " > the model's seq_len " + std::to_string(m.cfg.seq_len)).c_str());
 
   std::vector<std::byte> text;
@@ -105,14 +121,15 @@ int main(int argc, char** argv) {
   const int hd = c.head_dim();
   std::vector<float> q(static_cast<std::size_t>(c.n_layers) * c.n_heads * n_tokens * hd);
   std::vector<float> k(static_cast<std::size_t>(c.n_layers) * c.n_kv_heads * n_tokens * hd), v(k.size());
-  forward_options opt;
-  opt.on_qkv = [&](const qkv_view& x) {
+  engine_options dense;  // dense attention through skim's executor
+  dense.threads = threads;
+  engine e(m, dense, n_tokens);
+  e.on_qkv = [&](const qkv_view& x) {
     scatter(q, x.q, x.layer, c.n_heads, n_tokens, x.first_token, x.n, hd);
     scatter(k, x.k, x.layer, c.n_kv_heads, n_tokens, x.first_token, x.n, hd);
     scatter(v, x.v, x.layer, c.n_kv_heads, n_tokens, x.first_token, x.n, hd);
   };
-  kv_cache cache(c, n_tokens);
-  if (const auto s = forward(m, cache, ids, {}, opt); !s.ok()) return fail(s);
+  if (const auto s = e.run(ids, {}); !s.ok()) return fail(s);
 
   std::error_code ec;
   fs::create_directories(out_dir, ec);

@@ -25,7 +25,8 @@
 // needle.hpp); one dense prefill of each haystack is shared by every row, whose policy then decodes
 // the question and a 12-token greedy answer one token at a time (--routed-prefill: each row
 // prefills with its own policy too). A row counts the needles it answers among those dense
-// answers, per depth, with its decode attention time per token and its time per needle.
+// answers, per depth, how many of its answers are dense's token for token, its decode attention time
+// per token and its time per needle.
 // SPEC: engine.hpp's header (skim-eval's --config keys plus policy, exec, seed, evict, keep, ...).
 
 #include <chrono>
@@ -102,6 +103,7 @@ struct needle_row {
   std::string spec;
   std::vector<int> found, asked;  // per depth: found among the needles dense found
   int found_all = 0, asked_all = 0;
+  int same_as_dense = 0;  // needles whose 12-token answer is dense's, token for token
   double decode_attention_s = 0, total_s = 0;
   std::int64_t steps = 0;
   int needles = 0;
@@ -156,6 +158,7 @@ int run_needles(const model& m, const tokenizer& tok, const corpus& c, std::vect
           if (const auto s = base.run(hay, {}); !s.ok()) return fail(s);
         }
         bool dense_found = false;
+        std::string dense_text;
         for (std::size_t i = 0; i < configs.size(); ++i) {
           engine& e = *engines[i];
           const auto t0 = std::chrono::steady_clock::now();
@@ -170,7 +173,8 @@ int run_needles(const model& m, const tokenizer& tok, const corpus& c, std::vect
           std::string text;
           if (const auto s = answer(e, tok, *n, ns.answer_tokens, vocab, text); !s.ok()) return fail(s);
           const bool hit = n->found(text);
-          if (i == 0) dense_found = hit;
+          if (i == 0) dense_found = hit, dense_text = text;
+          rows[i].same_as_dense += text == dense_text;
           needle_row& r = rows[i];
           r.total_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           r.decode_attention_s += e.stats.decode_attention_seconds - att0;
@@ -187,13 +191,13 @@ int run_needles(const model& m, const tokenizer& tok, const corpus& c, std::vect
                 rows[0].needles, ns.per_cell, distance_min, distance_max, ns.routed_prefill ? " (prefill routed too)" : "");
     std::printf("| attention | found | ");
     for (const double d : ns.depths) std::printf("depth %.0f%% | ", 100 * d);
-    std::printf("decode attention ms/token | total ms/needle |\n|---|---|");
+    std::printf("answer = dense's | decode attention ms/token | total ms/needle |\n|---|---|");
     for (std::size_t d = 0; d < ns.depths.size(); ++d) std::printf("---|");
-    std::printf("---|---|\n");
+    std::printf("---|---|---|\n");
     for (const needle_row& r : rows) {
       std::printf("| `%s` | %d/%d | ", r.spec.c_str(), r.found_all, r.asked_all);
       for (std::size_t d = 0; d < ns.depths.size(); ++d) std::printf("%d/%d | ", r.found[d], r.asked[d]);
-      std::printf("%.3f | %.0f |\n", r.steps > 0 ? 1e3 * r.decode_attention_s / static_cast<double>(r.steps) : 0.0,
+      std::printf("%d/%d | %.3f | %.0f |\n", r.same_as_dense, r.needles, r.steps > 0 ? 1e3 * r.decode_attention_s / static_cast<double>(r.steps) : 0.0,
                   1e3 * r.total_s / std::max(r.needles, 1));
     }
     std::fflush(stdout);
