@@ -266,6 +266,19 @@ inline double pairs_causal(const attention_args& a) {
   return n * a.heads_kv;
 }
 
+// Counts what a call's selection read: (query, key) pairs, distinct K/V keys, and the causal pairs.
+inline void count_reads(engine_stats& stats, const skim::problem& p, skim::index::block_table t, const attention_args& a) {
+  stats.pairs_read += pairs_read(p, t);
+  stats.kv_read += kv_keys_read(p, t);
+  stats.pairs_causal += pairs_causal(a);
+}
+// Adds a call's coverage of the true mass (block_mass / top_blocks from dense_block_mass).
+inline void count_coverage(engine_stats& stats, const engine_options& o, const skim::problem& p, skim::index::block_table t,
+                           const attention_args& a, std::span<const float> block_mass, std::span<const std::int32_t> top_blocks) {
+  stats.coverage.min_position = o.measure_from;
+  stats.coverage.add(p, t, block_mass, top_blocks, a.layer, a.n_kv - a.n_q);
+}
+
 struct backend {
   virtual ~backend() = default;
   [[nodiscard]] virtual skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) = 0;
@@ -352,14 +365,11 @@ struct sparse_backend final : backend {
     skim::stage_times t;
     SKIM_TRY(p.run(args, st.ws.span(), &t));
     stats.times += t;
-    stats.pairs_read += pairs_read(c.p, table);
-    stats.kv_read += kv_keys_read(c.p, table);
-    stats.pairs_causal += pairs_causal(a);
+    count_reads(stats, c.p, table, a);
     if (prior) selected_mass(c.p, a, table, st.lse, carried);
     if (s.o->measure) {
       dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass, &st.top_blocks);
-      stats.coverage.min_position = s.o->measure_from;
-      stats.coverage.add(c.p, table, st.block_mass, st.top_blocks, a.layer, a.n_kv - a.n_q);
+      count_coverage(stats, *s.o, c.p, table, a, st.block_mass, st.top_blocks);
     }
     return skim::status::success();
   }
@@ -405,13 +415,8 @@ struct oracle_backend final : backend {
     const skim::attention_args<float, skim::paged_kv<float>, skim::index::block_table, float> args{
         .prob = c.p, .q = c.q, .kv = c.kv, .index = table, .o = c.o};
     SKIM_TRY(exec.run(args, st.ws.span()));
-    stats.pairs_read += pairs_read(c.p, table);
-    stats.kv_read += kv_keys_read(c.p, table);
-    stats.pairs_causal += pairs_causal(a);
-    if (s.o->measure) {
-      stats.coverage.min_position = s.o->measure_from;
-      stats.coverage.add(c.p, table, st.block_mass, st.top_blocks, a.layer, a.n_kv - a.n_q);
-    }
+    count_reads(stats, c.p, table, a);
+    if (s.o->measure) count_coverage(stats, *s.o, c.p, table, a, st.block_mass, st.top_blocks);
     return skim::status::success();
   }
 };
@@ -510,9 +515,7 @@ struct evict_backend final : backend {
       const auto cap = static_cast<std::size_t>(s.o->evict_queries) * group * hd;
       if (rq.size() > cap) rq.erase(rq.begin(), rq.begin() + static_cast<std::ptrdiff_t>(rq.size() - cap));
     }
-    stats.pairs_read += pairs_read(c.p, table);
-    stats.kv_read += kv_keys_read(c.p, table);
-    stats.pairs_causal += pairs_causal(a);
+    count_reads(stats, c.p, table, a);
     return skim::status::success();
   }
 };
