@@ -43,7 +43,7 @@ enum class selector_kind : std::uint8_t { top_k, threshold };
 struct config {
   std::string spec;  // the text it came from, for reports
   // The defaults are skim/defaults.hpp's decode routing (one query per row).
-  summarizer_kind summarizer = summarizer_kind::mean_pool;
+  summarizer_kind summarizer = summarizer_kind::multi_centroid;
   std::int32_t probes = 4;     // probe_max: 2, 4 or 8
   std::int32_t centroids = 2;  // multi_centroid: 2 or 4
   std::int32_t block = skim::defaults::block_kv;  // bk, keys per block

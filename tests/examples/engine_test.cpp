@@ -121,7 +121,7 @@ TEST_CASE("engine: bad attention specs are rejected with a message") {
   CHECK(parse_attention("policy=skim,budget=0.25", o).empty());
   CHECK(o.sparse.block == skim::defaults::block_kv);  // what a spec leaves out is skim::defaults'
   CHECK(o.sparse.bq == 1);
-  CHECK(o.sparse.summarizer == skim_eval::summarizer_kind::mean_pool);
+  CHECK(o.sparse.summarizer == skim_eval::summarizer_kind::multi_centroid);
   CHECK(o.sparse.reduce == skim::defaults::reduce);
   CHECK(o.sparse.sink == skim::defaults::sink_blocks);
   CHECK(o.sparse.local == skim::defaults::local_blocks);

@@ -97,7 +97,8 @@ config classic(const std::string& spec) {
 TEST_CASE("skim-eval options: good configuration specs") {
   SUBCASE("defaults") {
     const config c = parsed("k=8");
-    CHECK(c.summarizer == summarizer_kind::mean_pool);  // skim::defaults
+    CHECK(c.summarizer == summarizer_kind::multi_centroid);  // skim::defaults
+    CHECK(c.centroids == 2);
     CHECK(c.block == skim::defaults::block_kv);
     CHECK(c.block_q() == 1);
     CHECK(c.select == selector_kind::top_k);
@@ -170,7 +171,9 @@ TEST_CASE("skim-eval options: each bad spec names its problem") {
   CHECK(config_error("summarizer=multi_centroid,centroids=8,k=1") ==
         "--config 'summarizer=multi_centroid,centroids=8,k=1': centroids '8' unsupported (2, 4)");
   CHECK(config_error("probes=4,k=1") == "--config 'probes=4,k=1': probes needs summarizer=probe_max");
-  CHECK(config_error("centroids=2,k=1") == "--config 'centroids=2,k=1': centroids needs summarizer=multi_centroid");
+  CHECK(config_error("summarizer=mean_pool,centroids=2,k=1") ==
+        "--config 'summarizer=mean_pool,centroids=2,k=1': centroids needs summarizer=multi_centroid");
+  CHECK(config_error("centroids=4,k=1").empty());  // the default summarizer is multi_centroid
   CHECK(config_error("k=1,budget=0.5") == "--config 'k=1,budget=0.5': k and budget exclude each other");
   CHECK(config_error("select=top_k") == "--config 'select=top_k': top_k needs k=N or budget=B");
   CHECK(config_error("k=1,tau=1") == "--config 'k=1,tau=1': tau needs select=threshold");
