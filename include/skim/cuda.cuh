@@ -16,6 +16,7 @@
 #include "skim/exec/cuda/index.cuh"
 #include "skim/exec/cuda/ptx.cuh"
 #include "skim/exec/cuda/summarize.cuh"
+#include "skim/exec/cuda/summarize_centroids.cuh"
 #include "skim/exec/cuda/route.cuh"
 #include "skim/exec/cuda/prefill.cuh"
 #include "skim/exec/cuda/decode.cuh"

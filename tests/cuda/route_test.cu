@@ -135,10 +135,24 @@ buffer<T> device_copy(const std::vector<T>& v) {
   return d;
 }
 
+// The CPU summarizer a device summary equals.
+template <class S>
+struct host_summarizer {
+  using type = summarize::max_bound;
+};
+template <std::int32_t M, std::int32_t L>
+struct host_summarizer<sc::device_multi_centroid<M, L>> {
+  using type = summarize::multi_centroid<M, L>;
+};
+using centroids = sc::device_multi_centroid<2>;  // skim::defaults::summarizer's device records
+static_assert(std::is_same_v<host_summarizer<centroids>::type, defaults::summarizer>);
+
 // c's inputs on the device, with room for its full lengths, and the routing outputs. The kv lengths
 // can be cut to a prefix of each sequence (set_lengths): a growing cache under fixed host bounds.
-template <class TQ, class TKV, class TS>
+// Summaries S: device_max_bound<TS> (lo, hi) or device_multi_centroid (records, TS = float).
+template <class TQ, class TKV, class TS, class S = sc::device_max_bound<TS>>
 struct device_decode {
+  static constexpr bool multi_centroid = sc::is_device_multi_centroid_v<S>;
   const random_case<TQ, TKV>& c;
   sc::decode_router router;
   buffer<std::int32_t> cu_q, cu_kv, page_indptr, page_indices;
@@ -148,6 +162,7 @@ struct device_decode {
   std::int32_t max_q = 0, max_kv = 0, capacity = 0, width = 0;
   std::int64_t rows = 0;
   buffer<TS> lo, hi;
+  buffer<float> records;
   buffer<std::byte> workspace;
   buffer<std::int32_t> ids, count;
 
@@ -163,9 +178,13 @@ struct device_decode {
     set_lengths(kv_lengths(cs.spec));
     const sc::device_problem p = prob();
     capacity = p.max_kv_blocks() + 1;  // a spare block per sequence, never written
-    const auto elements = static_cast<std::size_t>(p.batch) * capacity * p.heads_kv * p.head_dim;
-    lo = buffer<TS>(elements);
-    hi = buffer<TS>(elements);
+    if constexpr (multi_centroid) {
+      records = buffer<float>(static_cast<std::size_t>(summaries().elements(p)));
+    } else {
+      const auto elements = static_cast<std::size_t>(p.batch) * capacity * p.heads_kv * p.head_dim;
+      lo = buffer<TS>(elements);
+      hi = buffer<TS>(elements);
+    }
     workspace = buffer<std::byte>(router.workspace_bytes(p));
     width = router.width(p);
     rows = static_cast<std::int64_t>(cs.cu_q.back()) * (router.share_heads ? 1 : p.index_heads());
@@ -191,8 +210,14 @@ struct device_decode {
             .page_size = c.spec.page_size, .page_stride = ts * c.spec.page_size, .token_stride = ts,
             .head_stride = hs, .page_indptr = page_indptr.data(), .page_indices = page_indices.data()};
   }
-  [[nodiscard]] sc::device_max_bound<TS> summaries() const { return {lo.data(), hi.data(), capacity}; }
-  [[nodiscard]] sc::decode_route_args<TQ, TS> args() const {
+  [[nodiscard]] S summaries() const {
+    if constexpr (multi_centroid) {
+      return {records.data(), capacity};
+    } else {
+      return {lo.data(), hi.data(), capacity};
+    }
+  }
+  [[nodiscard]] sc::decode_route_args<TQ, TS, S> args() const {
     return {.prob = prob(),
             .q = sc::device_view<const TQ>::token_major(q.data(), c.spec.heads_q, c.spec.head_dim),
             .summaries = summaries(),
@@ -283,10 +308,50 @@ void expect_summaries(const device_decode<TQ, TKV, TS>& dd, const std::vector<st
   CHECK_MESSAGE(bad == 0, bad, " summary elements differ; first: ", first);
 }
 
+// The device's multi_centroid records against summarize::build of the prefix `lens` on the CPU, bit for
+// bit; records past a sequence's blocks still hold the 0xff poison (never written).
+template <class TQ, class TKV>
+void expect_summaries(const device_decode<TQ, TKV, float, centroids>& dd, const std::vector<std::int32_t>& lens) {
+  using host = summarize::multi_centroid<2>;
+  const case_spec& s = dd.c.spec;
+  const std::vector<std::int32_t> cu_kv = cumulative(lens);
+  const std::vector<TKV> k = packed_prefix(dd.c, lens);
+  const problem p{.heads_q = s.heads_q, .heads_kv = s.heads_kv, .head_dim = s.head_dim, .block_q = s.block_q,
+                  .block_kv = s.block_kv, .mask = s.mask, .cu_seqlens_q = dd.c.cu_q, .cu_seqlens_kv = cu_kv};
+  const auto k_view = strided_view<const TKV>::token_major(k.data(), cu_kv.back(), s.heads_kv, s.head_dim);
+  const contiguous_kv<TKV> kv{.k = k_view, .v = k_view, .cu_seqlens_kv = {}};
+  const summarize::summary_layout layout = summarize::make_summary_layout<host>(p);
+  std::vector<float> want(static_cast<std::size_t>(layout.floats()));
+  skim::test::aligned_workspace ws(summarize::workspace_bytes<host>(p));
+  SKIM_REQUIRE_OK(summarize::build<host>(p, kv, want, ws.bytes));
+  const std::vector<float> got = dd.records.download();
+  const std::int64_t rf = centroids::record_floats(s.head_dim);
+  std::int64_t bad = 0;
+  std::string first;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    const std::int32_t blocks = blocks_of(lens[b], s.block_kv);
+    for (std::int32_t j = 0; j < dd.capacity; ++j) {
+      for (std::int32_t h = 0; h < s.heads_kv; ++h) {
+        const std::int64_t at = ((static_cast<std::int64_t>(b) * dd.capacity + j) * s.heads_kv + h) * rf;
+        const std::int64_t cpu = j < blocks ? layout.record_offset(layout.kv_block_offset(static_cast<std::int32_t>(b)) + j, h) : -1;
+        for (std::int64_t e = 0; e < rf; ++e) {
+          const std::uint32_t g = bits_of(got[static_cast<std::size_t>(at + e)]);
+          const std::uint32_t w = cpu < 0 ? 0xffffffffu : bits_of(want[static_cast<std::size_t>(cpu + e)]);
+          if (g != w && bad++ == 0) {
+            first = "seq " + std::to_string(b) + " block " + std::to_string(j) + " head " + std::to_string(h) +
+                    " float " + std::to_string(e) + ": bits " + std::to_string(g) + ", expected " + std::to_string(w);
+          }
+        }
+      }
+    }
+  }
+  CHECK_MESSAGE(bad == 0, bad, " record floats differ from summarize::build<multi_centroid<2>>; first: ", first);
+}
+
 // The CPU pipeline on the prefix `lens` against the device's scores (bit for bit) and block table
 // (exact ids and counts, pad past count); the CPU selection is also run on the device's scores.
-template <class TQ, class TKV, class TS>
-void expect_cpu_route(const device_decode<TQ, TKV, TS>& dd, const std::vector<std::int32_t>& lens) {
+template <class TQ, class TKV, class TS, class S>
+void expect_cpu_route(const device_decode<TQ, TKV, TS, S>& dd, const std::vector<std::int32_t>& lens) {
   const random_case<TQ, TKV>& c = dd.c;
   const case_spec& s = c.spec;
   const std::vector<std::int32_t> cu_kv = cumulative(lens);
@@ -296,14 +361,15 @@ void expect_cpu_route(const device_decode<TQ, TKV, TS>& dd, const std::vector<st
                   .cu_seqlens_kv = cu_kv, .scope = s.scope};
   const auto k_view = strided_view<const TKV>::token_major(k.data(), cu_kv.back(), s.heads_kv, s.head_dim);
   const contiguous_kv<TKV> kv{.k = k_view, .v = k_view, .cu_seqlens_kv = {}};
-  using summarize::max_bound;
-  std::vector<float> records(static_cast<std::size_t>(summarize::make_summary_layout<max_bound>(p).floats()));
-  SKIM_REQUIRE_OK(summarize::build<max_bound>(p, kv, records, {}));
+  using host = typename host_summarizer<S>::type;
+  std::vector<float> records(static_cast<std::size_t>(summarize::make_summary_layout<host>(p).floats()));
+  skim::test::aligned_workspace build_ws(summarize::workspace_bytes<host>(p));
+  SKIM_REQUIRE_OK(summarize::build<host>(p, kv, records, build_ws.bytes));
   const std::int32_t stride = p.max_kv_blocks();
   const std::int64_t rows = p.index_rows();
   std::vector<float> scores(static_cast<std::size_t>(rows * stride));
   skim::test::aligned_workspace score_ws(dd.router.router.workspace_bytes(p));
-  SKIM_REQUIRE_OK(dd.router.router.template score<max_bound>(p, c.q_view(), records, scores, score_ws.bytes));
+  SKIM_REQUIRE_OK(dd.router.router.template score<host>(p, c.q_view(), records, scores, score_ws.bytes));
 
   // Scores: device row (b, h) against CPU row q_block_offset(b) * index_heads + h.
   std::vector<float> device_scores(dd.workspace.size() / sizeof(float));
@@ -383,14 +449,14 @@ void expect_cpu_route(const device_decode<TQ, TKV, TS>& dd, const std::vector<st
 // Builds c on the device, routes it, compares with the CPU. Half the time the newest key of every
 // sequence is left out of the build and appended by the router's score kernel (run with a K/V
 // source): the records must then equal a build of the whole cache, and the route the CPU's.
-template <class TQ, class TKV, class TS>
+template <class TQ, class TKV, class TS, class S = sc::device_max_bound<TS>>
 void check_route(const case_spec& s, const sc::decode_router& router, std::mt19937& rng) {
   const bool fused = skim::test::chance(rng, 0.5);
   INFO(s.describe(), " | reduce ", std::string(route::to_string(router.router.reduce)), " sink ",
        router.selector.sink, " local ", router.selector.local, " recency ", router.selector.recency, " k ",
        router.selector.dynamic.k, fused ? " | append fused into score" : "");
   const random_case<TQ, TKV> c(s, rng);
-  device_decode<TQ, TKV, TS> dd(c, router);
+  device_decode<TQ, TKV, TS, S> dd(c, router);
   const std::vector<std::int32_t> full = kv_lengths(s);
   if (fused) {
     std::vector<std::int32_t> shorter = full;
@@ -531,7 +597,77 @@ void check_summaries(const case_spec& s, std::mt19937& rng) {
   CHECK(once.error_bits() == 0);
 }
 
+// multi_centroid records: built on a prefix, then grown key by key with append_newest, each step
+// against summarize::build on the CPU; then equal, bit for bit, to one build of the whole cache.
+template <class TQ, class TKV>
+void check_centroid_summaries(const case_spec& s, std::mt19937& rng) {
+  INFO(s.describe());
+  const random_case<TQ, TKV> c(s, rng);
+  device_decode<TQ, TKV, float, centroids> dd(c, sc::decode_router{});
+  const std::vector<std::int32_t> full = kv_lengths(s);
+  std::vector<std::int32_t> lens = full;
+  std::int32_t steps = 0;
+  for (std::int32_t& l : lens) {
+    const std::int32_t cut = std::min(l, skim::test::uniform(rng, 0, 2 * s.block_kv + 3));
+    l -= cut;
+    steps = std::max(steps, cut);
+  }
+  dd.set_lengths(lens);
+  SKIM_REQUIRE_OK(dd.build());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  expect_summaries(dd, lens);
+  for (std::int32_t step = 0; step < steps; ++step) {
+    for (std::size_t b = 0; b < lens.size(); ++b) lens[b] = std::min(lens[b] + 1, full[b]);
+    dd.set_lengths(lens);
+    SKIM_REQUIRE_OK(dd.append());
+    if (step % 3 == 0) SKIM_REQUIRE_OK(dd.append());  // a replayed step changes nothing
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+    INFO("after append step ", step + 1, " of ", steps);
+    expect_summaries(dd, lens);
+  }
+  device_decode<TQ, TKV, float, centroids> once(c, sc::decode_router{});
+  SKIM_REQUIRE_OK(once.build());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  const std::vector<float> a = dd.records.download(), b = once.records.download();
+  CHECK((a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0));
+  CHECK(dd.error_bits() == 0);
+  CHECK(once.error_bits() == 0);
+}
+
+// Block sizes for multi_centroid cases: skim::defaults' 4, ragged sub-chunks (3, 5), one key a block,
+// and the larger blocks of the max_bound cases.
+case_spec centroid_spec(std::mt19937& rng, std::int32_t max_blocks, std::int32_t max_batch, std::int64_t elements) {
+  case_spec s = decode_spec(rng, max_blocks, max_batch, elements);
+  s.block_kv = skim::test::pick(rng, {1, 2, 3, 4, 4, 5, 8, 16, 64});
+  const auto max_kv = static_cast<std::int32_t>(
+      std::clamp<std::int64_t>(elements / (s.heads_kv * s.head_dim), 1, max_blocks * s.block_kv));
+  for (auto& l : s.seqs) l.kv = std::min(l.kv, max_kv);
+  return s;
+}
+
 }  // namespace
+
+TEST_CASE("route multi_centroid: build and append_newest equal the CPU's records") {
+  seeded(8, [&](std::mt19937& rng, int) {
+    const case_spec s = centroid_spec(rng, 12, 3, 200'000);
+    check_centroid_summaries<float, float>(s, rng);
+    check_centroid_summaries<bfloat16, bfloat16>(s, rng);
+    check_centroid_summaries<skim::half, skim::half>(s, rng);
+  });
+}
+
+TEST_CASE("route multi_centroid: decode routing equals the CPU pipeline (skim::defaults' summaries)") {
+  seeded(24, [&](std::mt19937& rng, int iteration) {
+    const case_spec s = centroid_spec(rng, 200, 5, 600'000);
+    sc::decode_router router = iteration % 3 == 0 ? sc::decode_router{} : random_router(rng);
+    if (iteration % 3 == 0) router.selector.dynamic.k = skim::test::uniform(rng, 0, 40);
+    if (skim::test::chance(rng, 0.5)) {
+      check_route<bfloat16, bfloat16, float, centroids>(s, router, rng);
+    } else {
+      check_route<float, float, float, centroids>(s, router, rng);
+    }
+  });
+}
 
 TEST_CASE("route small build and append_newest match the host's min and max") {
   seeded(6, [&](std::mt19937& rng, int) {

@@ -47,6 +47,7 @@
 #include "skim/exec/cuda/route_kernels.cuh"
 #include "skim/exec/cuda/route_select.cuh"
 #include "skim/exec/cuda/summarize.cuh"
+#include "skim/exec/cuda/summarize_centroids.cuh"
 #include "skim/index/block_table.hpp"
 #include "skim/route/head_pool.hpp"
 #include "skim/route/pooled_router.hpp"
@@ -55,12 +56,14 @@
 
 namespace skim::cuda {
 
-// What decode_router::run() takes.
-template <class TQ, class TS>
+// What decode_router::run() takes. Summaries: device_max_bound<TS> (the CPU's summarize::max_bound),
+// or device_multi_centroid<M, L> with TS = float (summarize::multi_centroid<M, L>; <2> is
+// skim::defaults::summarizer, so a default router over them computes the CPU default).
+template <class TQ, class TS, class Summaries = device_max_bound<TS>>
 struct decode_route_args {
   device_problem prob;              // max_seqlen_q <= 1
   device_view<const TQ> q;          // [tokens_q, heads_q, head_dim]
-  device_max_bound<TS> summaries;   // blocks [0, kv_blocks(b)) of every sequence summarised; read (run with a
+  Summaries summaries;              // blocks [0, kv_blocks(b)) of every sequence summarised; read (run with a
                                     // K/V source also appends each sequence's newest key)
   mutable_device_block_table index; // [rows, width >= decode_router::width(prob)], written; rows: one per
                                     // (sequence with a query, index head), or per sequence with share_heads
@@ -139,57 +142,62 @@ struct decode_router {
   // Scores every visible block of every (sequence, index head) into scores [batch, index_heads,
   // max_kv_blocks] (row (b, h) at (b * index_heads + h) * max_kv_blocks; -inf past its visible blocks
   // and for a sequence without a query). Bit for bit pooled_router::score's row q_block_offset(b) * index_heads + h.
-  template <class TQ, class TS>
-  [[nodiscard]] status score(const decode_route_args<TQ, TS>& a, std::span<float> scores,
+  template <class TQ, class TS, class S>
+  [[nodiscard]] status score(const decode_route_args<TQ, TS, S>& a, std::span<float> scores,
                              cudaStream_t stream) const noexcept {
     return score(a, detail::route_impl::no_append{}, scores, stream);
   }
 
   // score() after folding the newest key of every sequence with keys (from kv) into its block's
   // record: summarize.cuh's append_newest(a.prob, kv, a.summaries) and score() in one launch, with
-  // the same records and scores as the two calls.
-  template <class TQ, class TS, class KV>
-  [[nodiscard]] status score(const decode_route_args<TQ, TS>& a, const KV& kv, std::span<float> scores,
+  // the same records and scores as the two calls (multi_centroid records: the two launches).
+  template <class TQ, class TS, class S, class KV>
+  [[nodiscard]] status score(const decode_route_args<TQ, TS, S>& a, const KV& kv, std::span<float> scores,
                              cudaStream_t stream) const noexcept {
     static_assert(std::is_same_v<TQ, float> || is_device_element_v<TQ>, "Q is float, half or bfloat16");
+    static_assert(!is_device_multi_centroid_v<S> || std::is_same_v<TS, float>, "multi_centroid records are float");
     namespace impl = detail::route_impl;
     const device_problem& p = a.prob;
     SKIM_TRY(can_implement(p));
-    if constexpr (std::is_same_v<KV, impl::no_append>) {
-      SKIM_TRY(validate(a.summaries, p));
+    if constexpr (is_device_multi_centroid_v<S> && !std::is_same_v<KV, impl::no_append>) {
+      SKIM_TRY(check_scores(p, scores.data(), scores.size()));
+      SKIM_TRY(append_newest(p, kv, a.summaries, stream));
+      return score(a, impl::no_append{}, scores, stream);
     } else {
-      SKIM_TRY(detail::summarize_impl::check_summarize(p, kv, a.summaries));
-    }
-    SKIM_TRY(check_scores(p, scores.data(), scores.size()));
-    if (p.batch > 0 && p.max_seqlen_q > 0) {
-      if (a.q.data == nullptr) return status::error(status_code::invalid_argument, "Q is null");
-      if (a.q.token_stride < 0 || a.q.head_stride < 0 || (p.heads_q > 1 && a.q.head_stride < p.head_dim)) {
-        return status::error(status_code::invalid_argument, "Q strides (token %lld, head %lld) with head_dim %d",
-                             static_cast<long long>(a.q.token_stride), static_cast<long long>(a.q.head_stride),
-                             p.head_dim);
+      if constexpr (std::is_same_v<KV, impl::no_append>) {
+        SKIM_TRY(validate(a.summaries, p));
+      } else {
+        SKIM_TRY(detail::summarize_impl::check_summarize(p, kv, a.summaries));
       }
+      SKIM_TRY(check_scores(p, scores.data(), scores.size()));
+      if (p.batch > 0 && p.max_seqlen_q > 0) {
+        if (a.q.data == nullptr) return status::error(status_code::invalid_argument, "Q is null");
+        if (a.q.token_stride < 0 || a.q.head_stride < 0 || (p.heads_q > 1 && a.q.head_stride < p.head_dim)) {
+          return status::error(status_code::invalid_argument, "Q strides (token %lld, head %lld) with head_dim %d",
+                               static_cast<long long>(a.q.token_stride), static_cast<long long>(a.q.head_stride),
+                               p.head_dim);
+        }
+      }
+      const std::int32_t stride = p.max_kv_blocks();
+      if (p.batch == 0 || stride == 0) return status::success();
+      const impl::score_params sp{
+          .scale = p.scale(), .reduce = router.reduce, .heads = heads_per_row(p), .padded_heads = padded_heads(p),
+          .stride = stride,
+          .vector_loads = vector_loads(a.summaries, p.head_dim)};
+      const dim3 grid(static_cast<unsigned>(ceil_div(stride, impl::tile_blocks)), static_cast<unsigned>(p.index_heads()),
+                      static_cast<unsigned>(p.batch));
+      const std::size_t smem = query_smem(p);
+      const auto launch = [&](auto kernel) {
+        kernel<<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, kv, scores.data(), sp);
+      };
+      switch (impl::pass_heads(heads_per_row(p))) {
+        case 1: launch(impl::decode_score_kernel<1, TQ, S, KV>); break;
+        case 2: launch(impl::decode_score_kernel<2, TQ, S, KV>); break;
+        case 4: launch(impl::decode_score_kernel<4, TQ, S, KV>); break;
+        default: launch(impl::decode_score_kernel<8, TQ, S, KV>); break;
+      }
+      return check_launch("decode_score_kernel");
     }
-    const std::int32_t stride = p.max_kv_blocks();
-    if (p.batch == 0 || stride == 0) return status::success();
-    const auto aligned = [](const void* x) { return reinterpret_cast<std::uintptr_t>(x) % 16 == 0; };
-    const impl::score_params sp{
-        .scale = p.scale(), .reduce = router.reduce, .heads = heads_per_row(p), .padded_heads = padded_heads(p),
-        .stride = stride,
-        .vector_loads = (static_cast<std::size_t>(p.head_dim) * sizeof(TS)) % 16 == 0 && aligned(a.summaries.lo) &&
-                        aligned(a.summaries.hi)};
-    const dim3 grid(static_cast<unsigned>(ceil_div(stride, impl::tile_blocks)), static_cast<unsigned>(p.index_heads()),
-                    static_cast<unsigned>(p.batch));
-    const std::size_t smem = query_smem(p);
-    const auto launch = [&](auto kernel) {
-      kernel<<<grid, impl::score_threads, smem, stream>>>(p, a.q, a.summaries, kv, scores.data(), sp);
-    };
-    switch (impl::pass_heads(heads_per_row(p))) {
-      case 1: launch(impl::decode_score_kernel<1, TQ, TS, KV>); break;
-      case 2: launch(impl::decode_score_kernel<2, TQ, TS, KV>); break;
-      case 4: launch(impl::decode_score_kernel<4, TQ, TS, KV>); break;
-      default: launch(impl::decode_score_kernel<8, TQ, TS, KV>); break;
-    }
-    return check_launch("decode_score_kernel");
   }
 
   // Selects every row's ids from scores laid out as score() writes them (read: each row's visible
@@ -227,16 +235,16 @@ struct decode_router {
 
   // score() into the workspace, then select(): one decode step's routing, two launches on `stream`.
   // workspace: device memory of workspace_bytes(a.prob) bytes, aligned to workspace_alignment.
-  template <class TQ, class TS>
-  [[nodiscard]] status run(const decode_route_args<TQ, TS>& a, std::span<std::byte> workspace,
+  template <class TQ, class TS, class S>
+  [[nodiscard]] status run(const decode_route_args<TQ, TS, S>& a, std::span<std::byte> workspace,
                            cudaStream_t stream) const noexcept {
     return run(a, detail::route_impl::no_append{}, workspace, stream);
   }
 
   // One decode step's summary append and routing in two launches: append_newest(a.prob, kv,
   // a.summaries) folded into score(), then select(). kv: the K/V source the new keys are in.
-  template <class TQ, class TS, class KV>
-  [[nodiscard]] status run(const decode_route_args<TQ, TS>& a, const KV& kv, std::span<std::byte> workspace,
+  template <class TQ, class TS, class S, class KV>
+  [[nodiscard]] status run(const decode_route_args<TQ, TS, S>& a, const KV& kv, std::span<std::byte> workspace,
                            cudaStream_t stream) const noexcept {
     SKIM_TRY(can_implement(a.prob));
     SKIM_TRY(check_workspace(workspace, workspace_bytes(a.prob)));
@@ -247,6 +255,15 @@ struct decode_router {
   }
 
  private:
+  // 16-byte record loads in the score kernel: max_bound records whose rows are whole 16-byte words.
+  template <class TS>
+  [[nodiscard]] static bool vector_loads(const device_max_bound<TS>& s, std::int32_t head_dim) noexcept {
+    const auto aligned = [](const void* x) { return reinterpret_cast<std::uintptr_t>(x) % 16 == 0; };
+    return (static_cast<std::size_t>(head_dim) * sizeof(TS)) % 16 == 0 && aligned(s.lo) && aligned(s.hi);
+  }
+  template <std::int32_t M, std::int32_t L>
+  [[nodiscard]] static bool vector_loads(const device_multi_centroid<M, L>&, std::int32_t) noexcept { return false; }
+
   // What select() and routed() check: the problem, the scores' size, the table's shape.
   [[nodiscard]] status check_select(const device_problem& p, std::span<const float> scores,
                                     const mutable_device_block_table& index) const noexcept {

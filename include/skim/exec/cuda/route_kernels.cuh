@@ -19,6 +19,7 @@
 #include "skim/exec/cuda/common.cuh"
 #include "skim/exec/cuda/index.cuh"
 #include "skim/exec/cuda/summarize.cuh"
+#include "skim/exec/cuda/summarize_centroids.cuh"
 #include "skim/route/pooled_router.hpp"
 
 namespace skim::cuda {
@@ -134,6 +135,58 @@ __device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, const fl
   }
 }
 
+// Heads [h0, h0 + HP) of one block from its multi_centroid record (rec: its first float):
+// multi_centroid::score, the best over the clusters with keys of (q · sum) / size, each dot product
+// summed in dimension order and rounded step by step; -inf where no cluster has keys.
+template <int HP, std::int32_t M, std::int32_t L>
+__device__ __forceinline__ void score_heads(const device_multi_centroid<M, L>& s, std::int64_t rec, const float* sq,
+                                            int head_dim, int h0, bool, float (&acc)[HP]) noexcept {
+  const float* r = s.records + rec;
+  const float* size = r + static_cast<std::ptrdiff_t>(M) * head_dim;
+  const float* q0 = sq + static_cast<std::ptrdiff_t>(h0) * head_dim;
+#pragma unroll
+  for (int i = 0; i < HP; ++i) acc[i] = neg_inf;
+  for (int c = 0; c < M; ++c) {
+    const float n = size[c];
+    if (!(n > 0.0f)) continue;
+    const float* sum = r + static_cast<std::ptrdiff_t>(c) * head_dim;
+    float dot[HP];
+#pragma unroll
+    for (int i = 0; i < HP; ++i) dot[i] = 0.0f;
+    for (int d = 0; d < head_dim; ++d) {
+      const float x = sum[d];
+#pragma unroll
+      for (int i = 0; i < HP; ++i) dot[i] = __fadd_rn(dot[i], __fmul_rn(q0[i * head_dim + d], x));
+    }
+#pragma unroll
+    for (int i = 0; i < HP; ++i) {
+      const float v = __fdiv_rn(dot[i], n);
+      acc[i] = v > acc[i] ? v : acc[i];
+    }
+  }
+}
+// The same heads from a max_bound record.
+template <int HP, class TS>
+__device__ __forceinline__ void score_heads(const device_max_bound<TS>& s, std::int64_t rec, const float* sq,
+                                            int head_dim, int h0, bool vector_loads, float (&acc)[HP]) noexcept {
+  score_heads<HP>(s.lo + rec, s.hi + rec, sq, head_dim, h0, vector_loads, acc);
+}
+
+// Whether a record holds no key (it scores -inf for every head).
+template <class TS>
+[[nodiscard]] __device__ __forceinline__ bool record_empty(const device_max_bound<TS>& s, std::int64_t rec, int) noexcept {
+  return skim::cuda::to_float(s.lo[rec]) > skim::cuda::to_float(s.hi[rec]);
+}
+template <std::int32_t M, std::int32_t L>
+[[nodiscard]] __device__ __forceinline__ bool record_empty(const device_multi_centroid<M, L>& s, std::int64_t rec,
+                                                          int head_dim) noexcept {
+  const float* size = s.records + rec + static_cast<std::ptrdiff_t>(M) * head_dim;
+  for (int c = 0; c < M; ++c) {
+    if (size[c] > 0.0f) return false;
+  }
+  return true;
+}
+
 // What the score kernel appends before it scores: nothing, or the newest key of each sequence from
 // a K/V source (decode_router::run with a source: summarize's append_newest folded in).
 struct no_append {};
@@ -147,10 +200,9 @@ struct no_append {};
 // updated record. Under index_scope::query_head the CTAs of a group's heads each append the same
 // key to the same record: they write equal values (min and max are idempotent), so the result does
 // not depend on their order.
-template <int HP, class TQ, class TS, class KV>
+template <int HP, class TQ, class S, class KV>
 __global__ void __launch_bounds__(score_threads)
-    decode_score_kernel(device_problem p, device_view<const TQ> q, device_max_bound<TS> s, KV kv, float* scores,
-                        score_params sp) {
+    decode_score_kernel(device_problem p, device_view<const TQ> q, S s, KV kv, float* scores, score_params sp) {
   extern __shared__ float4 route_score_smem[];
   float* sq = reinterpret_cast<float*>(route_score_smem);
 
@@ -166,6 +218,7 @@ __global__ void __launch_bounds__(score_threads)
   const int kv_head = kv_scope ? rh : rh / p.group_size();
 
   if constexpr (!std::is_same_v<KV, no_append>) {  // before any exit: a sequence without a query appends too
+    static_assert(!is_device_multi_centroid_v<S>, "multi_centroid records are appended by their own kernel");
     namespace si = detail::summarize_impl;
     const device_row kr = si::key_range(p, b);
     const int newest = kr.kv_len > 0 ? (kr.kv_len - 1) / p.block_kv : -1;  // the block the new key is in
@@ -188,14 +241,12 @@ __global__ void __launch_bounds__(score_threads)
   float result = neg_inf;
   if (j < n) {
     const std::int64_t rec = s.record(p, b, j0 + j, kv_head);
-    const TS* lo = s.lo + rec;
-    const TS* hi = s.hi + rec;
-    const bool empty = skim::cuda::to_float(lo[0]) > skim::cuda::to_float(hi[0]);  // no key: -inf
+    const bool empty = record_empty(s, rec, head_dim);  // no key: -inf
     const bool by_max = sp.reduce == route::group_reduce::max;
     float a = by_max ? neg_inf : 0.0f;
     for (int h0 = 0; h0 < heads; h0 += HP) {
       float acc[HP];
-      score_heads<HP>(lo, hi, sq, head_dim, h0, sp.vector_loads, acc);
+      score_heads<HP>(s, rec, sq, head_dim, h0, sp.vector_loads, acc);
 #pragma unroll
       for (int i = 0; i < HP; ++i) {
         if (h0 + i < heads) {  // head order, as pooled_router folds; NaN pools as -inf
