@@ -23,9 +23,8 @@
 //   sparse_attention<defaults::summarizer, route::pooled_router, select::reserved<select::top_k>, Exec> s{
 //       .router = {.reduce = defaults::reduce},
 //       .selector = {.sink = defaults::sink_blocks, .local = defaults::local_blocks, .dynamic = {.k = k}}};
-// cuda::decode_router starts from the same reduce and reserves; its summaries are max_bound's (the
-// device has no multi_centroid summary yet), so with its defaults it computes, bit for bit, the CPU
-// pipeline with summarize::max_bound in place of defaults::summarizer.
+// cuda::decode_router starts from the same reduce and reserves; given cuda::device_multi_centroid<2>
+// summaries (exec/cuda/summarize_centroids.cuh) it computes this pipeline's ids, bit for bit.
 
 #include <cstdint>
 
