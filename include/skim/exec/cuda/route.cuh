@@ -160,7 +160,7 @@ struct decode_router {
     const device_problem& p = a.prob;
     SKIM_TRY(can_implement(p));
     if constexpr (is_device_multi_centroid_v<S> && !std::is_same_v<KV, impl::no_append>) {
-      SKIM_TRY(check_scores(p, scores.data(), scores.size()));
+      SKIM_TRY(check_scores(p, scores.data(), scores.size()));  // before the records change
       SKIM_TRY(append_newest(p, kv, a.summaries, stream));
       return score(a, impl::no_append{}, scores, stream);
     } else {

@@ -4,11 +4,13 @@
 // kernel that reads the scores).
 //
 // Grid (128-block tiles, index heads, sequences), 128 threads, one block per thread. The row's query
-// heads go to shared memory in fp32 once; each thread reads its block's min/max records straight
-// into registers (64 bytes of each a step, the next step in flight while this one is summed) and sums
-// the bound of up to 8 heads a pass, so the record is read once per pass and the loads of a warp
-// cover whole 32-byte sectors. Writes scores [batch, index_heads, max_kv_blocks] (-inf past the
-// visible blocks) to the workspace.
+// heads go to shared memory in fp32 once; each thread reads its block's record straight into
+// registers and scores up to 8 heads a pass, so the record is read once per pass:
+//  - max_bound records (min, max): 64 bytes of each a step, the next step in flight while this one
+//    is summed, so the loads of a warp cover whole 32-byte sectors;
+//  - multi_centroid records (M sums, M sizes): the best over the non-empty clusters of
+//    (q . sum) / size, as summarize::multi_centroid::score.
+// Writes scores [batch, index_heads, max_kv_blocks] (-inf past the visible blocks) to the workspace.
 
 #include <cstddef>
 #include <cstdint>

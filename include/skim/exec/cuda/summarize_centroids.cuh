@@ -87,6 +87,33 @@ template <std::int32_t M>
   return static_cast<std::int32_t>(((static_cast<std::int64_t>(t) + 1) * M - 1) / block_kv);
 }
 
+// Sizes and, for dimension d, sums of a block's len keys by cluster (cluster(t): slot t's cluster),
+// taken in slot order from zero. Register arrays are indexed by compile-time indices only (unrolled
+// loops), never by data.
+template <std::int32_t M, class Cluster>
+__device__ __forceinline__ void cluster_sizes(float (&size)[M], std::int32_t len, const Cluster& cluster) noexcept {
+#pragma unroll
+  for (int c = 0; c < M; ++c) size[c] = 0.0f;
+  for (std::int32_t t = 0; t < len; ++t) {
+    const std::int32_t n = cluster(t);
+#pragma unroll
+    for (int c = 0; c < M; ++c) size[c] += c == n ? 1.0f : 0.0f;
+  }
+}
+template <std::int32_t M, class Key, class Cluster>
+__device__ __forceinline__ void cluster_sums(float (&acc)[M], std::int32_t len, int d, const Key& key,
+                                             const Cluster& cluster) noexcept {
+#pragma unroll
+  for (int c = 0; c < M; ++c) acc[c] = 0.0f;
+  for (std::int32_t t = 0; t < len; ++t) {
+    const std::int32_t n = cluster(t);
+#pragma unroll
+    for (int c = 0; c < M; ++c) {
+      if (c == n) acc[c] = __fadd_rn(acc[c], key(t, d));
+    }
+  }
+}
+
 // Summarises block j of sequence b (r: its key_range, r.ok) for kv head h into its record, with the
 // whole CTA (every thread must call it: it synchronises). Keys [j * block_kv, min((j + 1) * block_kv,
 // kv_len)); nothing is written for a block past the sequence.
@@ -116,30 +143,17 @@ __device__ __forceinline__ void summarize_block(const device_problem& p, const K
     return skim::cuda::to_float(si::key_row(kv, r, b, first + slot, h)[d]);
   };
   // Appends in slot order: the sums of the sub-chunks (multi_centroid::append), sizes counted alike.
-  // Register arrays are indexed by compile-time indices only (unrolled loops), never by data.
+  const std::int32_t block_kv = p.block_kv;
+  const auto chunk = [block_kv](std::int32_t t) { return sub_chunk<M>(t, block_kv); };
   float size[M];
-#pragma unroll
-  for (int c = 0; c < M; ++c) size[c] = 0.0f;
-  for (std::int32_t t = 0; t < len; ++t) {
-    const std::int32_t chunk = sub_chunk<M>(t, p.block_kv);
-#pragma unroll
-    for (int c = 0; c < M; ++c) size[c] += c == chunk ? 1.0f : 0.0f;
-  }
+  cluster_sizes(size, len, chunk);
   const bool refine = len == p.block_kv && L > 0;  // complete_block runs on complete blocks only
   unsigned live = 0;                               // bit c: cluster c had keys before the first step
 #pragma unroll
   for (int c = 0; c < M; ++c) live |= size[c] > 0.0f ? 1u << c : 0u;
   for (int d = tid; d < hd; d += threads) {
     float acc[M];
-#pragma unroll
-    for (int c = 0; c < M; ++c) acc[c] = 0.0f;
-    for (std::int32_t t = 0; t < len; ++t) {
-      const std::int32_t c = sub_chunk<M>(t, p.block_kv);
-#pragma unroll
-      for (int x = 0; x < M; ++x) {
-        if (x == c) acc[x] = __fadd_rn(acc[x], key(t, d));
-      }
-    }
+    cluster_sums(acc, len, d, key, chunk);
 #pragma unroll
     for (int c = 0; c < M; ++c) {
       if (refine) {
@@ -184,24 +198,11 @@ __device__ __forceinline__ void summarize_block(const device_problem& p, const K
       nearest[t] = best;
     }
     __syncthreads();
-#pragma unroll
-    for (int c = 0; c < M; ++c) size[c] = 0.0f;
-    for (std::int32_t t = 0; t < len; ++t) {
-      const std::int32_t n = nearest[t];
-#pragma unroll
-      for (int c = 0; c < M; ++c) size[c] += c == n ? 1.0f : 0.0f;
-    }
+    const auto assigned = [nearest](std::int32_t t) { return nearest[t]; };
+    cluster_sizes(size, len, assigned);
     for (int d = tid; d < hd; d += threads) {
       float acc[M];
-#pragma unroll
-      for (int c = 0; c < M; ++c) acc[c] = 0.0f;
-      for (std::int32_t t = 0; t < len; ++t) {
-        const std::int32_t c = nearest[t];
-#pragma unroll
-        for (int x = 0; x < M; ++x) {
-          if (x == c) acc[x] = __fadd_rn(acc[x], key(t, d));
-        }
-      }
+      cluster_sums(acc, len, d, key, assigned);
 #pragma unroll
       for (int c = 0; c < M; ++c) {
         if (step + 1 == L) {
