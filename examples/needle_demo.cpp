@@ -5,9 +5,10 @@
 // follows each query, and a few "needle" keys planted far back that some query blocks look for.
 // The last 1024 tokens are the queries (a chunked prefill, causal, bottom-right aligned).
 //
-// For a few block sizes and budgets, skim's pipeline (max_bound summaries, a router pooling each
-// query block, top-k with sink / local / recency reserved, the scalar executor) chooses the blocks
-// itself, and the demo prints per configuration:
+// For a few block sizes and budgets, skim's pipeline with skim::defaults' routing (multi_centroid<2>
+// summaries, a router pooling each query block and summing a kv head's query heads, top-k with sink /
+// local / recency reserved; the scalar executor) chooses the blocks itself, and the demo prints per
+// configuration:
 //   density   share of the causal query-key pairs the chosen blocks hold
 //   needle    share of (query, head) rows whose chosen blocks hold the needle the query looks for
 //   recall@8  share of each row's 8 highest-scoring keys inside its chosen blocks (sampled rows)
@@ -34,6 +35,7 @@
 #include "skim/core/problem.hpp"
 #include "skim/core/views.hpp"
 #include "skim/core/workspace.hpp"
+#include "skim/defaults.hpp"
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/exec/cpu/scalar.hpp"
 #include "skim/index/block_table.hpp"
@@ -42,7 +44,6 @@
 #include "skim/route/pooled_router.hpp"
 #include "skim/select/reserved.hpp"
 #include "skim/select/top_k.hpp"
-#include "skim/summarize/max_bound.hpp"
 
 namespace {
 
@@ -52,6 +53,8 @@ constexpr std::int32_t heads_q = 8;
 constexpr std::int32_t heads_kv = 2;
 constexpr std::int32_t dim = 128;
 constexpr std::int32_t needles_per_head = 3;
+// The local window skim::defaults reserves, in keys (its local_blocks blocks of block_kv keys).
+constexpr std::int32_t local_keys = skim::defaults::local_blocks * skim::defaults::block_kv;
 
 // Strengths of the planted structure, in units of the scaled score q·k/sqrt(d).
 // Real attention is peaked: a few keys hold most of the mass, and the thousands of others share
@@ -161,7 +164,7 @@ void require_ok(const skim::status& s, const char* what) {
   std::exit(1);
 }
 
-using sparse_step = skim::sparse_attention<skim::summarize::max_bound, skim::route::pooled_router,
+using sparse_step = skim::sparse_attention<skim::defaults::summarizer, skim::route::pooled_router,
                                            skim::select::reserved<skim::select::top_k>, skim::exec::scalar>;
 
 struct quality {
@@ -258,19 +261,25 @@ int main(int argc, char** argv) {
   for (std::int32_t pos : h.needle_pos) std::printf(" %d", pos);
   std::printf("\ndense (scalar over all causal blocks): %.3f s, %.1f GFLOP/s on %.0f causal pairs per head\n", dense_s,
               4.0 * causal_pairs * dim * heads_q / dense_s * 1e-9, causal_pairs);
-  std::printf("sparse: max_bound summaries, mean-pooled queries, max over the GQA group, top-k + sink 1 + local 1\n\n");
+  std::printf("sparse: skim::defaults' routing (multi_centroid<2> summaries, mean-pooled queries, the GQA group's\n"
+              "        scores summed, top-k + sink %d block + the newest %d keys)\n\n",
+              skim::defaults::sink_blocks, local_keys);
   std::printf("%4s %7s %4s %8s %7s %9s %9s %8s %9s %8s\n", "bk", "budget", "k", "density", "needle", "recall@8",
               "coverage", "error", "time", "speed-up");
 
   double exactness = -1;
-  for (const std::int32_t bk : {32, 64, 128}) {
+  for (const std::int32_t bk : {4, 8, 16}) {
     const skim::problem p = problem_for(bk);
     for (const std::int32_t share : {32, 16, 8}) {
       // A budget of 1/share of the sequence's blocks: sink and local reserved, the rest dynamic.
       const std::int32_t blocks = (keys / bk + share - 1) / share;
       sparse_step step;
-      step.router = {.pool = skim::route::query_pool::mean, .reduce = skim::route::group_reduce::max};
-      step.selector = {.sink = 1, .local = 1, .recency = true, .dynamic = {.k = std::max(blocks - 2, 1)}};
+      // The reserves of skim::defaults, the local window kept at the same number of keys at every bk.
+      const std::int32_t local = std::max(1, local_keys / bk);
+      const std::int32_t reserved = skim::defaults::sink_blocks + local;
+      step.router = {.pool = skim::route::query_pool::mean, .reduce = skim::defaults::reduce};
+      step.selector = {.sink = skim::defaults::sink_blocks, .local = local, .recency = true,
+                       .dynamic = {.k = std::max(blocks - reserved, 1)}};
       require_ok(step.can_implement(p), "configuration");
       std::vector<float> summaries(std::size_t(step.summary_floats(p)));
       const std::int32_t width = step.table_width(p);
@@ -303,6 +312,10 @@ int main(int argc, char** argv) {
   std::printf("\nexecutor vs double-precision reference over the same blocks: relative error %.1e (fp32 rounding)\n",
               exactness);
   std::printf("'needle' is what routing must find: a query block that misses its needle block loses the\n"
-              "answer it was looking for, whatever its coverage. Time includes every stage.\n");
+              "answer it was looking for, whatever its coverage. Time includes every stage.\n"
+              "multi_centroid scores a block by the better of its two cluster means: over blocks of %d keys (the\n"
+              "default) a needle keeps a cluster of its own; over larger blocks it is averaged with random keys\n"
+              "and lost (summarize::max_bound keeps it there, at a cost in perplexity on a real model).\n",
+              skim::defaults::block_kv);
   return 0;
 }
