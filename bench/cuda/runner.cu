@@ -18,7 +18,7 @@
 //   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
 //           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C (printed as
 //           "chunk_blocks": the executor's choice when 0) --cluster-merge 0|1 (decode::merge_in_cluster)
-//   prefill: --kernel mma|wgmma|auto (exec::cuda::prefill's kernel: mma.sync, wgmma on sm_90a, or
+//   prefill: --kernel mma|wgmma|auto (cuda::prefill's kernel: mma.sync, wgmma on sm_90a, or
 //           the executor's choice, the default; printed as "kernel" in the JSON line)
 //
 // Method (METHOD.md): random inputs (never zeros), a warm-up, device events around each run, the
@@ -74,10 +74,10 @@ struct options {
   std::string index_out;
 };
 
-skim::exec::cuda::decode_kernel decode_kernel_of(const options& o) {
-  if (o.kernel == "simt") return skim::exec::cuda::decode_kernel::cuda_cores;
-  if (o.kernel == "mma") return skim::exec::cuda::decode_kernel::tensor_cores;
-  return skim::exec::cuda::decode_kernel::automatic;
+skim::cuda::decode_kernel decode_kernel_of(const options& o) {
+  if (o.kernel == "simt") return skim::cuda::decode_kernel::cuda_cores;
+  if (o.kernel == "mma") return skim::cuda::decode_kernel::tensor_cores;
+  return skim::cuda::decode_kernel::automatic;
 }
 
 options parse(int argc, char** argv) {
@@ -295,7 +295,7 @@ int run_decode(const options& o) {
   d_ids.upload(ids);
   d_count.upload(count);
 
-  skim::exec::cuda::decode exec;
+  skim::cuda::decode exec;
   if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
   exec.kernel = decode_kernel_of(o);
   exec.merge_in_cluster = o.cluster_merge != 0;
@@ -309,7 +309,7 @@ int run_decode(const options& o) {
              .kv = d.kv(o),
              .index = {.ids = d_ids.p + std::size_t(rep % sets) * rows * width, .count = d_count.p, .width = width, .rows = rows},
              .o = d.o_view(o)};
-    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, stream));
+    BENCH_STATUS(exec.run(a, std::span<std::byte>(ws.p, ws_bytes), stream));
   };
   const double ms = time_median(o.reps, run);
   const double graph_ms = time_graph(o.reps, run);
@@ -322,10 +322,10 @@ int run_decode(const options& o) {
   return 0;
 }
 
-skim::exec::cuda::prefill_kernel prefill_kernel_of(const options& o) {
-  if (o.kernel == "mma") return skim::exec::cuda::prefill_kernel::mma_sync;
-  if (o.kernel == "wgmma") return skim::exec::cuda::prefill_kernel::wgmma;
-  return skim::exec::cuda::prefill_kernel::automatic;
+skim::cuda::prefill_kernel prefill_kernel_of(const options& o) {
+  if (o.kernel == "mma") return skim::cuda::prefill_kernel::mma_sync;
+  if (o.kernel == "wgmma") return skim::cuda::prefill_kernel::wgmma;
+  return skim::cuda::prefill_kernel::automatic;
 }
 
 template <class T>
@@ -377,7 +377,7 @@ int run_prefill(const options& o) {
                                .block_q = o.bq, .block_kv = o.bk, .mask = skim::mask_kind::causal,
                                .cu_seqlens_q = d_cu.p, .cu_seqlens_kv = d_cu.p, .max_seqlen_q = o.n,
                                .max_seqlen_kv = o.n};
-  const skim::exec::cuda::prefill exec{.kernel = prefill_kernel_of(o)};
+  const skim::cuda::prefill exec{.kernel = prefill_kernel_of(o)};
   BENCH_STATUS(exec.can_implement(p));
   const std::size_t ws_bytes = exec.workspace_bytes(p);
   device_array<std::byte> ws(ws_bytes);
@@ -389,7 +389,7 @@ int run_prefill(const options& o) {
              .kv = kv_of<T>(o, k.p, v.p, o.n),
              .index = {.ids = d_ids.p + s * rows * width, .count = d_count.p + s * rows, .width = width, .rows = rows},
              .o = skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim)};
-    BENCH_STATUS(exec.run(a, ws.p, ws_bytes, stream));
+    BENCH_STATUS(exec.run(a, std::span<std::byte>(ws.p, ws_bytes), stream));
   };
   const double ms = time_median(o.reps, run);
   const double flops = 4.0 * pairs * o.dim * (o.heads_q / o.heads_kv);
@@ -427,7 +427,7 @@ int run_step(const options& o) {
   const skim::cuda::mutable_device_block_table table{.ids = ids.p, .count = count.p, .width = width, .rows = rows};
   device_array<std::byte> route_ws(router.workspace_bytes(p));
 
-  skim::exec::cuda::decode exec;
+  skim::cuda::decode exec;
   if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
   exec.kernel = decode_kernel_of(o);
   exec.merge_in_cluster = o.cluster_merge != 0;
@@ -453,9 +453,9 @@ int run_step(const options& o) {
   const skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_routed_table, T> ar{
       .prob = p, .q = a.q, .kv = kv, .index = routed, .o = a.o};
   const auto attend = [&](cudaStream_t st) {
-    if (o.share) BENCH_STATUS(exec.run(as, ws.p, ws_bytes, st));
-    else if (fuse_select) BENCH_STATUS(exec.run(ar, ws.p, ws_bytes, st));
-    else BENCH_STATUS(exec.run(a, ws.p, ws_bytes, st));
+    if (o.share) BENCH_STATUS(exec.run(as, std::span<std::byte>(ws.p, ws_bytes), st));
+    else if (fuse_select) BENCH_STATUS(exec.run(ar, std::span<std::byte>(ws.p, ws_bytes), st));
+    else BENCH_STATUS(exec.run(a, std::span<std::byte>(ws.p, ws_bytes), st));
   };
 
   cudaStream_t stream;

@@ -24,7 +24,7 @@
 //       .router = {.reduce = defaults::reduce},
 //       .selector = {.sink = defaults::sink_blocks, .local = defaults::local_blocks, .dynamic = {.k = k}}};
 // cuda::decode_router starts from the same reduce and reserves; given cuda::device_multi_centroid<2>
-// summaries (exec/cuda/summarize_centroids.cuh) it computes this pipeline's ids, bit for bit.
+// summaries (summarize/cuda/multi_centroid.cuh) it computes this pipeline's ids, bit for bit.
 
 #include <cstdint>
 

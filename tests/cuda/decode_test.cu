@@ -1,4 +1,4 @@
-// exec::cuda::decode against exec::reference (CPU, double) on random decode shapes: 0..8 queries per
+// cuda::decode against exec::reference (CPU, double) on random decode shapes: 0..8 queries per
 // sequence (decode and speculative rows, empty sequences), kv lengths not multiples of block_kv,
 // GQA groups 1/4/8, head_dim 64 and 128, block_kv 16..128, contiguous and paged K/V (page sizes unlike
 // block_kv), each token-major or head-major, kv-head and query-head index scope, block_table and block_csr, bf16 and fp16 inputs,
@@ -40,8 +40,8 @@ using namespace skim;
 using namespace skim::test;
 namespace sc = skim::cuda;
 namespace tc = skim::test::cuda;
-using skim::exec::cuda::decode;
-using skim::exec::cuda::decode_kernel;
+using skim::cuda::decode;
+using skim::cuda::decode_kernel;
 
 // The split kernels every case runs.
 constexpr decode_kernel kernels[] = {decode_kernel::cuda_cores, decode_kernel::tensor_cores};
@@ -187,9 +187,9 @@ gpu_output<TO> run_decode(const decode& dec, tc::device_case<T, T>& dc, const sc
       .index = index,
       .o = sc::device_view<TO>::token_major(o.data(), p.heads_q, p.head_dim),
       .lse = lse.data()};
-  const std::size_t ws_bytes = dec.workspace_bytes(p, bound < 0 ? decode::selected_bound(index) : bound);
+  const std::size_t ws_bytes = dec.workspace_bytes(p, bound < 0 ? index.max_ids() : bound);
   tc::buffer<std::uint8_t> ws(ws_bytes);
-  const status st = bound < 0 ? dec.run(a, ws.data(), ws_bytes, nullptr) : dec.run(a, bound, ws.data(), ws_bytes, nullptr);
+  const status st = bound < 0 ? dec.run(a, ws.bytes(ws_bytes), nullptr) : dec.run(a, bound, ws.bytes(ws_bytes), nullptr);
   INFO("run: " << st.message());
   REQUIRE(st.ok());
   SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
@@ -475,7 +475,7 @@ TEST_CASE("decode small head_shared: one row per query block reads as its ids st
             .kv = dc.contiguous(s),
             .index = {ds.table(), heads + 1},
             .o = sc::device_view<float>::token_major(nullptr, p.heads_q, p.head_dim)};
-    const status st = dec.run(bad, nullptr, 0, nullptr);
+    const status st = dec.run(bad, {}, nullptr);
     CHECK(st.code() == status_code::shape_mismatch);
     CHECK(std::string(st.message()).find("index_heads") != std::string::npos);
   }
@@ -530,7 +530,7 @@ TEST_CASE("decode small cluster merge: the merge kernel's bits without its launc
   if (major >= 9) CHECK(clustered >= 4);  // the seeds above give clusters of 2..8 splits
 }
 
-// Implicit indices and unions (index.cuh): every visible block (causal_all), a sink and a window, and
+// Implicit indices and unions (index/cuda/device_index.cuh): every visible block (causal_all), a sink and a window, and
 // a routed selection (table or CSR) with a sink and a window, against the reference over the CPU's
 // index of the same numbers; rows cut in splits (merged in a cluster or by the merge kernel), both
 // kernels, both sources.
@@ -760,7 +760,7 @@ TEST_CASE("decode host errors") {
     const status st = dec.can_implement(q);
     CHECK(st.code() == status_code::unsupported);
     CHECK(std::string(st.message()).find("96") != std::string::npos);
-    CHECK(dec.run(args(q, o.data()), nullptr, 0, nullptr).code() == status_code::unsupported);
+    CHECK(dec.run(args(q, o.data()), {}, nullptr).code() == status_code::unsupported);
   }
   SUBCASE("more queries than max_queries is unsupported") {
     sc::device_problem q = p;
@@ -771,12 +771,12 @@ TEST_CASE("decode host errors") {
     const std::size_t need = dec.workspace_bytes(p, hi.width);
     REQUIRE(need > 0);
     tc::buffer<std::uint8_t> ws(need);
-    const status st = dec.run(args(p, o.data()), ws.data(), need - 1, nullptr);
+    const status st = dec.run(args(p, o.data()), ws.bytes(need - 1), nullptr);
     CHECK(st.code() == status_code::workspace_too_small);
     CHECK(std::string(st.message()).find(std::to_string(need)) != std::string::npos);
     CHECK(std::string(st.message()).find(std::to_string(need - 1)) != std::string::npos);
-    CHECK(dec.run(args(p, o.data()), nullptr, need, nullptr).code() == status_code::workspace_too_small);
-    CHECK(dec.run(args(p, o.data()), ws.data(), need, nullptr).ok());
+    CHECK(dec.run(args(p, o.data()), {}, nullptr).code() == status_code::workspace_too_small);
+    CHECK(dec.run(args(p, o.data()), ws.bytes(need), nullptr).ok());
     SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
     CHECK(dc.error_bits() == 0u);
   }
@@ -791,10 +791,10 @@ TEST_CASE("decode host errors") {
               .lse = nullptr};
     const std::size_t need = dec.workspace_bytes(p, hi.width);
     tc::buffer<std::uint8_t> ws(need);
-    const status st = with_kernel(dec, decode_kernel::tensor_cores).run(mixed, ws.data(), need, nullptr);
+    const status st = with_kernel(dec, decode_kernel::tensor_cores).run(mixed, ws.bytes(need), nullptr);
     CHECK(st.code() == status_code::unsupported);
     CHECK(std::string(st.message()).find("one type") != std::string::npos);
-    CHECK(with_kernel(dec, decode_kernel::automatic).run(mixed, ws.data(), need, nullptr).ok());
+    CHECK(with_kernel(dec, decode_kernel::automatic).run(mixed, ws.bytes(need), nullptr).ok());
     SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
     CHECK(dc.error_bits() == 0u);
   }
@@ -802,6 +802,6 @@ TEST_CASE("decode host errors") {
     auto a = args(p, o.data());
     a.kv.head_stride = 132;
     a.kv.token_stride = 132 * 2;
-    CHECK(dec.run(a, nullptr, 1 << 20, nullptr).code() == status_code::misaligned);
+    CHECK(dec.run(a, {}, nullptr).code() == status_code::misaligned);
   }
 }

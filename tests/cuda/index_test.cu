@@ -1,4 +1,4 @@
-// The device indices (exec/cuda/index.cuh) against the CPU ones (skim::index): a small kernel walks
+// The device indices (index/cuda/device_index.cuh) against the CPU ones (skim::index): a small kernel walks
 // every row's cursor on the device, with the row geometry make_device_row computes from the device
 // cu_seqlens, and writes the ids; every row must hold exactly the ids the CPU cursor of the same
 // index gives (stored forms, causal_all, sink, sliding_window, unions of them), on random varlen
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cuda/support.cuh"
-#include "skim/exec/cuda/index.cuh"
+#include "skim/index/cuda/device_index.cuh"
 #include "skim/index/block_csr.hpp"
 #include "skim/index/block_table.hpp"
 #include "skim/index/block_union.hpp"

@@ -1,4 +1,4 @@
-// skim::exec::cuda::prefill against exec::reference (CPU, double) on the same random cases and
+// skim::cuda::prefill against exec::reference (CPU, double) on the same random cases and
 // the same host-built selections, each case through every kernel that applies to it (mma_sync
 // always; wgmma on an sm_90 device for block_q 128 and contiguous K/V): every supported tile shape,
 // bf16 and fp16, fp32 and 16-bit
@@ -41,7 +41,7 @@ using bf16 = skim::bfloat16;
 namespace tc = skim::test::cuda;
 
 enum class index_form { table, csr };
-using exec::cuda::prefill_kernel;
+using skim::cuda::prefill_kernel;
 
 const char* name_of(prefill_kernel k) { return k == prefill_kernel::wgmma ? "wgmma" : "mma_sync"; }
 
@@ -147,7 +147,7 @@ bool all_ones(const std::vector<T>& v, std::size_t from) {
 }
 
 // Runs prefill on the device with the case's K/V storage (spec.paged) and the given device index
-// (any of index.cuh).
+// (any of index/cuda/device_index.cuh).
 template <class TO, class T, class Index>
 device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, T>& dc, const Index& index,
                                  prefill_kernel kernel) {
@@ -170,9 +170,9 @@ device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, 
   const auto go = [&](auto kv) {
     const skim::cuda::device_attention_args<T, decltype(kv), Index, TO> a{
         .prob = dc.prob(s), .q = q, .kv = kv, .index = index, .o = ov, .lse = lse.data()};
-    const exec::cuda::prefill e{.kernel = kernel};
+    const skim::cuda::prefill e{.kernel = kernel};
     REQUIRE(e.workspace_bytes(a.prob) == 0);
-    const status st = e.run(a, nullptr, 0, nullptr);
+    const status st = e.run(a, {}, nullptr);
     INFO("prefill (" << name_of(kernel) << "): " << std::string(st.message()));
     REQUIRE(st.ok());
     SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
@@ -620,7 +620,7 @@ TEST_CASE("prefill small bad input under a union: the table part's bad ids and c
 
 TEST_CASE("prefill host checks: unsupported shapes and misaligned views") {
   std::mt19937 rng(0x4057u);
-  const exec::cuda::prefill e;
+  const skim::cuda::prefill e;
   skim::cuda::device_problem p{.batch = 0, .heads_q = 2, .heads_kv = 1, .head_dim = 96, .block_q = 64, .block_kv = 64};
   status st = e.can_implement(p);
   CHECK(st.code() == status_code::unsupported);
@@ -645,7 +645,7 @@ TEST_CASE("prefill host checks: unsupported shapes and misaligned views") {
                                             skim::cuda::device_block_csr, float>
         a{.prob = dc.prob(spec), .q = {dc.q.data(), 96 * 2, 96}, .kv = dc.contiguous(spec), .index = idx.csr(),
           .o = {o.data(), 96 * 2, 96}};
-    st = e.run(a, nullptr, 0, nullptr);
+    st = e.run(a, {}, nullptr);
     CHECK(st.code() == status_code::unsupported);
     CHECK(std::string(st.message()).find("head_dim 96") != std::string::npos);
   }
@@ -660,10 +660,10 @@ TEST_CASE("prefill host checks: unsupported shapes and misaligned views") {
         a{.prob = dc.prob(spec), .q = {dc.q.data(), 64 * 2, 64}, .kv = dc.contiguous(spec), .index = idx.csr(),
           .o = {o.data(), 64 * 2, 64}};
     a.q.token_stride = 64 * 2 + 4;  // rows no longer on 16 bytes
-    st = e.run(a, nullptr, 0, nullptr);
+    st = e.run(a, {}, nullptr);
     CHECK(st.code() == status_code::unsupported);
     a.q.token_stride = 64 * 2;
-    st = e.run(a, nullptr, 0, nullptr);
+    st = e.run(a, {}, nullptr);
     CHECK(st.ok());
     SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
     CHECK(dc.error_bits() == 0u);
@@ -673,7 +673,7 @@ TEST_CASE("prefill host checks: unsupported shapes and misaligned views") {
     const auto u = sc::make_device_union(idx.table(), sc::device_sink{-1}, sc::device_sliding_window{2});
     const sc::device_attention_args<bf16, sc::device_contiguous_kv<bf16>, std::remove_const_t<decltype(u)>, float> b{
         .prob = a.prob, .q = a.q, .kv = a.kv, .index = u, .o = a.o};
-    st = e.run(b, nullptr, 0, nullptr);
+    st = e.run(b, {}, nullptr);
     CHECK(st.code() == status_code::invalid_argument);
     CHECK(std::string(st.message()) == "union part 1: union part 0: sink blocks -1 < 0");
   }
@@ -681,7 +681,7 @@ TEST_CASE("prefill host checks: unsupported shapes and misaligned views") {
 
 TEST_CASE("prefill small kernel choice: wgmma is refused where it does not apply, automatic takes it where it does") {
   std::mt19937 rng(0x90a0u);
-  const exec::cuda::prefill wgmma{.kernel = prefill_kernel::wgmma};
+  const skim::cuda::prefill wgmma{.kernel = prefill_kernel::wgmma};
   skim::cuda::device_problem p{.batch = 0, .heads_q = 2, .heads_kv = 1, .head_dim = 64, .block_q = 64, .block_kv = 64};
   status st = wgmma.can_implement(p);
   CHECK(st.code() == status_code::unsupported);
@@ -702,7 +702,7 @@ TEST_CASE("prefill small kernel choice: wgmma is refused where it does not apply
         const skim::cuda::device_attention_args<bf16, decltype(kv), skim::cuda::device_block_csr, float> a{
             .prob = dc.prob(spec), .q = {dc.q.data(), 64 * 4, 64}, .kv = kv, .index = idx.csr(),
             .o = {o.data(), 64 * 4, 64}};
-        const status s = exec::cuda::prefill{.kernel = k}.run(a, nullptr, 0, nullptr);
+        const status s = skim::cuda::prefill{.kernel = k}.run(a, {}, nullptr);
         SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
         return std::pair{s, s.ok() ? o.download() : std::vector<float>{}};
       };

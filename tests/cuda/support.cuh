@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include <skim/cuda.cuh>
@@ -59,6 +60,10 @@ class buffer {
   }
   [[nodiscard]] T* data() const noexcept { return p_; }
   [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  // The first `bytes` bytes as a workspace span (at most the buffer's size).
+  [[nodiscard]] std::span<std::byte> bytes(std::size_t bytes) const noexcept {
+    return {reinterpret_cast<std::byte*>(p_), std::min(bytes, n_ * sizeof(T))};
+  }
 
  private:
   T* p_ = nullptr;

@@ -1,5 +1,5 @@
 #pragma once
-// skim::exec::cuda::decode — sparse attention for decode rows on the GPU: a few queries per
+// skim::cuda::decode — sparse attention for decode rows on the GPU: a few queries per
 // sequence (one, or a handful for speculative decoding) attending over the key blocks an index
 // selected for them.
 //
@@ -41,14 +41,14 @@
 //    packed over the query blocks that exist (a sequence with no query has no row), so an index built
 //    for the CPU executors works unchanged. The host cannot count query blocks of device-side lengths,
 //    so it checks only index.rows >= 0; a row at or past index.rows reads as empty and is reported
-//    (bad_count). The index is any device index (index.cuh): a device_block_table or
+//    (bad_count). The index is any device index (index/cuda/device_index.cuh): a device_block_table or
 //    device_block_csr (a split reads its ids by position), the implicit rules (causal_all, sink,
 //    sliding_window: each split computes its ids), unions of them (walked id by id in every CTA of
 //    the row: cheap for rules, a dependent load per id of a stored part), or device_head_shared of
 //    any of these (one row per query block that every index head reads: row r reads row r /
 //    index_heads). A device_routed_table (decode_router::routed) is selected by the split kernels
 //    themselves from the router's scores (one launch less a step; split 0 writes the table).
-//  - Ids per row: run(a, ...) sizes the grid for selected_bound(a.index) ids per row (a block_table's
+//  - Ids per row: run(a, ...) sizes the grid for a.index.max_ids() ids per row (a block_table's
 //    width, a block_csr's capacity, a rule's blocks, a union's sum, causal_all every block; all
 //    capped by max_kv_blocks); run(a, max_selected_blocks, ...)
 //    takes a tighter bound (a CSR whose rows hold at most k ids). A row with more ids than the bound
@@ -61,22 +61,25 @@
 //    outside the sequence's own K/V is read.
 //  - run() only checks and enqueues: no allocation, no synchronisation, no host read of device memory
 //    (graph-capturable; it sets the kernel's dynamic shared memory attribute, a host-side call).
-//  - Workspace: workspace_bytes(p, bound) bytes, 16-byte aligned, content ignored (0 when one split
-//    covers every row: then the pointer may be null). Not shared between concurrent runs.
+//  - Workspace: a span of at least workspace_bytes(p, bound) bytes aligned to workspace_alignment
+//    (core/workspace.hpp, as every skim policy takes it), content ignored (0 bytes when one split
+//    covers every row: then it may be empty). Not shared between concurrent runs.
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 
 #include "skim/core/status.hpp"
-#include "skim/exec/cuda/common.cuh"
+#include "skim/core/workspace.hpp"
+#include "skim/core/cuda/common.cuh"
 #include "skim/exec/cuda/decode_common.cuh"
 #include "skim/exec/cuda/decode_simt.cuh"
 #include "skim/exec/cuda/decode_mma.cuh"
 
-namespace skim::exec::cuda {
+namespace skim::cuda {
 
 // Which split kernel decode runs (both compute the same attention; see the header comment).
 enum class decode_kernel {
@@ -100,33 +103,6 @@ struct decode {
   bool merge_in_cluster = true;
   static constexpr std::int32_t max_cluster_splits = 8;  // the portable cluster size
 
-  // The ids-per-row bound run(a, workspace, ...) assumes for an index.
-  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_block_table& index) noexcept {
-    return index.width;
-  }
-  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_block_csr& index) noexcept {
-    return index.capacity > INT32_MAX ? INT32_MAX : static_cast<std::int32_t>(index.capacity);
-  }
-  template <class Shared>
-  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_head_shared<Shared>& index) noexcept {
-    return selected_bound(index.shared);
-  }
-  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_causal_all&) noexcept { return INT32_MAX; }
-  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_sink& index) noexcept {
-    return index.blocks > 0 ? index.blocks : 0;
-  }
-  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_sliding_window& index) noexcept {
-    return index.blocks > 0 ? index.blocks : 0;
-  }
-  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_routed_table& index) noexcept {
-    return index.table.width;
-  }
-  template <class A, class B>
-  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_union<A, B>& index) noexcept {
-    const std::int64_t n = static_cast<std::int64_t>(selected_bound(index.a)) + selected_bound(index.b);
-    return n > INT32_MAX ? INT32_MAX : static_cast<std::int32_t>(n);
-  }
-
   // CTAs the automatic chunk aims at, and the fewest keys per split it takes. Constants: the split of
   // a row never depends on the GPU. Rows are split only when their units alone give fewer than
   // auto_target_ctas CTAs. Measured on the H200 (16 blocks of 128 per row, graph launches; docs/
@@ -149,7 +125,7 @@ struct decode {
     std::int64_t c = (bound + want - 1) / want;
     const std::int64_t min_blocks = (auto_min_keys + p.block_kv - 1) / p.block_kv;
     if (c < min_blocks) c = min_blocks;
-    if (c > decode_detail::max_chunk_blocks) c = decode_detail::max_chunk_blocks;
+    if (c > detail::decode_impl::max_chunk_blocks) c = detail::decode_impl::max_chunk_blocks;
     return static_cast<std::int32_t>(c);
   }
 
@@ -176,19 +152,19 @@ struct decode {
     if (p.head_dim != 64 && p.head_dim != 128) {
       return status::error(status_code::unsupported, "cuda::decode: head_dim %d (supported: 64, 128)", p.head_dim);
     }
-    if (chunk_blocks < 0 || chunk_blocks > decode_detail::max_chunk_blocks) {
+    if (chunk_blocks < 0 || chunk_blocks > detail::decode_impl::max_chunk_blocks) {
       return status::error(status_code::unsupported, "cuda::decode: chunk_blocks %d outside [0 (auto), %d]", chunk_blocks,
-                           decode_detail::max_chunk_blocks);
+                           detail::decode_impl::max_chunk_blocks);
     }
     if (max_queries < 1) return status::error(status_code::invalid_argument, "cuda::decode: max_queries %d < 1", max_queries);
     if (p.max_seqlen_q > max_queries) {
       return status::error(status_code::unsupported, "cuda::decode: max_seqlen_q %d > max_queries %d (prefill rows)",
                            p.max_seqlen_q, max_queries);
     }
-    if (unit_rows(p) > decode_detail::max_unit_rows) {
+    if (unit_rows(p) > detail::decode_impl::max_unit_rows) {
       return status::error(status_code::unsupported, "cuda::decode: %d heads x %d queries per index row > %d rows",
                            p.scope == index_scope::kv_head ? p.group_size() : 1, queries_per_unit(p),
-                           decode_detail::max_unit_rows);
+                           detail::decode_impl::max_unit_rows);
     }
     if (p.index_heads() > 65535 || static_cast<std::int64_t>(p.batch) * p.max_q_blocks() > 65535) {
       return status::error(status_code::unsupported, "cuda::decode: grid of %d index heads x %lld query blocks too large",
@@ -198,15 +174,15 @@ struct decode {
   }
 
   template <class TQ, class KV, class Index, class TO>
-  [[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a, void* workspace,
-                           std::size_t workspace_size, cudaStream_t stream) const noexcept {
-    return run(a, selected_bound(a.index), workspace, workspace_size, stream);
+  [[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a,
+                           std::span<std::byte> workspace, cudaStream_t stream) const noexcept {
+    return run(a, a.index.max_ids(), workspace, stream);
   }
 
   // @pre every index row holds at most max_selected_blocks ids (else: reported, ids past it ignored)
   template <class TQ, class KV, class Index, class TO>
   [[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a,
-                           std::int32_t max_selected_blocks, void* workspace, std::size_t workspace_size,
+                           std::int32_t max_selected_blocks, std::span<std::byte> workspace,
                            cudaStream_t stream) const noexcept {
     using TKV = typename KV::value_type;
     static_assert(skim::cuda::is_device_element_v<TQ>, "cuda::decode: Q must be skim::bfloat16 or skim::half");
@@ -214,44 +190,37 @@ struct decode {
     static_assert(skim::cuda::is_device_element_v<TO> || std::is_same_v<TO, float>,
                   "cuda::decode: O must be skim::bfloat16, skim::half or float");
     static_assert(skim::cuda::is_device_index_v<Index> || skim::cuda::is_routed_device_index_v<Index>,
-                  "cuda::decode: the index must be a device index (index.cuh) or a device_routed_table");
+                  "cuda::decode: the index must be a device index (index/cuda/device_index.cuh) or a device_routed_table");
     const skim::cuda::device_problem& p = a.prob;
     SKIM_TRY(skim::cuda::check_args(a));
     SKIM_TRY(can_implement(p));
     if (max_selected_blocks < 0) {
       return status::error(status_code::invalid_argument, "cuda::decode: max_selected_blocks %d < 0", max_selected_blocks);
     }
-    if (stored_rows(a.index) < 0) {
+    if (a.index.stored_rows() < 0) {
       return status::error(status_code::invalid_argument, "cuda::decode: index rows %lld < 0",
-                           static_cast<long long>(stored_rows(a.index)));
+                           static_cast<long long>(a.index.stored_rows()));
     }
     SKIM_TRY(check_alignment(a.kv));
     if constexpr (skim::cuda::is_routed_device_index_v<Index>) SKIM_TRY(check_routed(p, a.index));
-    const std::size_t need = workspace_bytes(p, max_selected_blocks);
-    if (workspace_size < need || (need > 0 && workspace == nullptr)) {
-      return status::error(status_code::workspace_too_small, "cuda::decode: workspace has %zu bytes, needs %zu",
-                           workspace == nullptr ? std::size_t{0} : workspace_size, need);
-    }
-    if (need > 0 && reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0) {
-      return status::error(status_code::misaligned, "cuda::decode: workspace %p is not 16-byte aligned", workspace);
-    }
+    SKIM_TRY(check_workspace(workspace, workspace_bytes(p, max_selected_blocks)));
     if (p.batch == 0 || p.max_seqlen_q == 0) return status::success();  // no query anywhere
 
-    decode_detail::launch_params lp;
+    detail::decode_impl::launch_params lp;
     lp.chunk_blocks = chunk(p, max_selected_blocks);
     lp.splits = splits(p, max_selected_blocks);
     lp.max_rows = unit_rows(p);
     lp.q_blocks = p.max_q_blocks();
-    lp.scale_log2 = p.scale() * decode_detail::log2e;
+    lp.scale_log2 = p.scale() * detail::decode_impl::log2e;
     if (lp.splits > 1) {
       const std::size_t units = static_cast<std::size_t>(p.index_heads()) * p.batch * p.max_q_blocks();
-      lp.partial_o = static_cast<float*>(workspace);
+      lp.partial_o = reinterpret_cast<float*>(workspace.data());
       lp.partial_ml = lp.partial_o + units * lp.splits * lp.max_rows * p.head_dim;
     }
     const dim3 grid(static_cast<unsigned>(lp.splits), static_cast<unsigned>(p.index_heads()),
                     static_cast<unsigned>(p.batch * lp.q_blocks));
     bool tensor_cores = false, cluster = false;
-    const std::size_t mma_smem = decode_detail::mma::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
+    const std::size_t mma_smem = detail::decode_impl::mma::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
     SKIM_TRY((pick_kernel<TQ, TKV>(mma_smem, tensor_cores)));
     SKIM_TRY(pick_merge(lp.splits, cluster));
     // The split kernel for InCluster; `launched` false when its clusters would not all run at once
@@ -259,7 +228,7 @@ struct decode {
     const auto launch = [&]<bool InCluster>(bool& launched) -> status {
       if constexpr (std::is_same_v<TQ, TKV>) {
         if (tensor_cores) {
-          namespace k = decode_detail::mma;
+          namespace k = detail::decode_impl::mma;
           if (p.head_dim == 64) {
             return launch_split<k::split_kernel<64, InCluster, TQ, KV, Index, TO>>(grid, mma_smem, stream, a, lp,
                                                                                    InCluster, launched);
@@ -268,12 +237,12 @@ struct decode {
                                                                                   InCluster, launched);
         }
       }
-      const std::size_t smem = decode_detail::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
+      const std::size_t smem = detail::decode_impl::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
       if (p.head_dim == 64) {
-        return launch_split<decode_detail::split_kernel<64, InCluster, TQ, KV, Index, TO>>(grid, smem, stream, a, lp,
+        return launch_split<detail::decode_impl::split_kernel<64, InCluster, TQ, KV, Index, TO>>(grid, smem, stream, a, lp,
                                                                                            InCluster, launched);
       }
-      return launch_split<decode_detail::split_kernel<128, InCluster, TQ, KV, Index, TO>>(grid, smem, stream, a, lp,
+      return launch_split<detail::decode_impl::split_kernel<128, InCluster, TQ, KV, Index, TO>>(grid, smem, stream, a, lp,
                                                                                           InCluster, launched);
     };
     bool launched = false;
@@ -283,34 +252,16 @@ struct decode {
     }
     SKIM_TRY(launch.template operator()<false>(launched));
     if (lp.splits > 1) {
-      decode_detail::merge_kernel<Index, TO><<<dim3(1, grid.y, grid.z), decode_detail::merge_threads, 0, stream>>>(
+      detail::decode_impl::merge_kernel<Index, TO><<<dim3(1, grid.y, grid.z), detail::decode_impl::merge_threads, 0, stream>>>(
           p, a.index, a.o, a.lse, lp);
-      SKIM_TRY(skim::cuda::check_launch("skim::exec::cuda::decode (merge)"));
+      SKIM_TRY(skim::cuda::check_launch("skim::cuda::decode (merge)"));
     }
     return status::success();
   }
 
  private:
-  // Rows the index stores (a shared index: its shared rows; 0 for the implicit rules and unions,
-  // whose stored parts report rows they lack on the device: bad_count).
-  template <class Index>
-  [[nodiscard]] static std::int64_t stored_rows(const Index& index) noexcept {
-    if constexpr (skim::cuda::is_stored_device_index_v<Index>) {
-      return index.rows;
-    } else {
-      return 0;
-    }
-  }
-  template <class Shared>
-  [[nodiscard]] static std::int64_t stored_rows(const skim::cuda::device_head_shared<Shared>& index) noexcept {
-    return stored_rows(index.shared);
-  }
-  [[nodiscard]] static std::int64_t stored_rows(const skim::cuda::device_routed_table& index) noexcept {
-    return index.table.rows;
-  }
-
   // A routed table's rows are selected in the split kernels' K/V buffers (both kernels have at least
-  // decode_detail::kv_bytes there), for one query per sequence (the router's rows).
+  // detail::decode_impl::kv_bytes there), for one query per sequence (the router's rows).
   [[nodiscard]] static status check_routed(const skim::cuda::device_problem& p,
                                            const skim::cuda::device_routed_table& index) noexcept {
     if (p.max_seqlen_q > 1) {
@@ -330,10 +281,10 @@ struct decode {
                            "kv blocks", static_cast<long long>(index.select.stride), p.max_kv_blocks());
     }
     const std::size_t need = skim::cuda::device_routed_table::scratch_bytes(index.table.width, p.max_kv_blocks());
-    if (need > decode_detail::kv_bytes) {
+    if (need > detail::decode_impl::kv_bytes) {
       return status::error(status_code::unsupported, "cuda::decode: selecting %d ids of %d kv blocks needs %zu bytes "
                            "of shared memory > %zu", index.table.width, p.max_kv_blocks(), need,
-                           decode_detail::kv_bytes);
+                           detail::decode_impl::kv_bytes);
     }
     return status::success();
   }
@@ -351,7 +302,7 @@ struct decode {
       return status::error(status_code::unsupported, "cuda::decode: the tensor-core kernel needs Q and K/V of one type");
     }
     skim::cuda::device_facts d;
-    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::decode: device attributes"));
+    SKIM_TRY(skim::cuda::current_device(d, "skim::cuda::decode: device attributes"));
     const bool fits = d.major >= 8 && smem <= static_cast<std::size_t>(d.smem_optin);
     if (kernel == decode_kernel::tensor_cores && !fits) {
       return status::error(status_code::unsupported, "cuda::decode: the tensor-core kernel needs sm_80 or later and "
@@ -401,7 +352,7 @@ struct decode {
     cluster = false;
     if (!merge_in_cluster || splits < 2 || splits > max_cluster_splits) return status::success();
     skim::cuda::device_facts d;
-    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::decode: device attributes"));
+    SKIM_TRY(skim::cuda::current_device(d, "skim::cuda::decode: device attributes"));
     cluster = d.major >= 9;
     return status::success();
   }
@@ -412,23 +363,23 @@ struct decode {
   // in two waves ran slower than the merge kernel on the H200, docs/cuda.md).
   template <auto Kernel, class Args>
   [[nodiscard]] static status launch_split(dim3 grid, std::size_t smem, cudaStream_t stream, const Args& a,
-                                           const decode_detail::launch_params& lp, bool cluster,
+                                           const detail::decode_impl::launch_params& lp, bool cluster,
                                            bool& launched) noexcept {
     launched = false;
     skim::cuda::device_facts d;
-    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::decode: device attributes"));
-    SKIM_TRY(skim::cuda::allow_dynamic_smem<Kernel>(d, "cudaFuncSetAttribute in skim::exec::cuda::decode"));
-    const skim::cuda::launch_shape shape{.grid = grid, .block = dim3(decode_detail::threads), .smem = smem,
+    SKIM_TRY(skim::cuda::current_device(d, "skim::cuda::decode: device attributes"));
+    SKIM_TRY(skim::cuda::allow_dynamic_smem<Kernel>(d, "cudaFuncSetAttribute in skim::cuda::decode"));
+    const skim::cuda::launch_shape shape{.grid = grid, .block = dim3(detail::decode_impl::threads), .smem = smem,
                                          .cluster_x = cluster ? grid.x : 1u};
     if (cluster) {
       int fit = 0;
       SKIM_TRY(skim::cuda::max_active_clusters<Kernel>(d, shape, fit));
       if (static_cast<long long>(grid.y) * grid.z > fit) return status::success();
     }
-    SKIM_TRY(skim::cuda::launch(Kernel, shape, stream, "skim::exec::cuda::decode (split kernel)", a, lp));
+    SKIM_TRY(skim::cuda::launch(Kernel, shape, stream, "skim::cuda::decode (split kernel)", a, lp));
     launched = true;
     return status::success();
   }
 };
 
-}  // namespace skim::exec::cuda
+}  // namespace skim::cuda

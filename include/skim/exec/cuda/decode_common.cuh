@@ -1,5 +1,5 @@
 #pragma once
-// What both split kernels of skim::exec::cuda::decode share (decode.cuh holds the host API and the
+// What both split kernels of skim::cuda::decode share (decode.cuh holds the host API and the
 // contracts; decode_simt.cuh and decode_mma.cuh the two split kernels): launch parameters and
 // shared-memory sizes, the unit a CTA computes, the row it reads (selected here for a routed table),
 // the chunk's id checks, the epilogue's combine (write_rows) into O or a split partial, and the two
@@ -18,12 +18,12 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "skim/exec/cuda/common.cuh"
+#include "skim/core/cuda/common.cuh"
 #include "skim/exec/cuda/decode_kv_rows.cuh"
 #include "skim/exec/cuda/ptx.cuh"
-#include "skim/exec/cuda/route_select.cuh"
+#include "skim/select/cuda/select_kernel.cuh"
 
-namespace skim::exec::cuda::decode_detail {
+namespace skim::cuda::detail::decode_impl {
 
 using skim::cuda::device_attention_args;
 using skim::cuda::device_problem;
@@ -206,7 +206,7 @@ __device__ __forceinline__ skim::cuda::device_block_table::span row_span(const I
 }
 
 // The row a split kernel reads. A device_routed_table's row is selected here by the whole CTA
-// (route_select.cuh's select_row: the select kernel's ids, bit for bit) into shared memory at
+// (select/cuda/select_kernel.cuh's select_row: the select kernel's ids, bit for bit) into shared memory at
 // `scratch` (device_routed_table::scratch_bytes, 16-byte aligned, free until the kernel's first
 // barrier after check_ids), and split 0 writes it to the table for the merge kernel and the engine.
 // Every other index: row_span. @pre called by all threads of the CTA (barriers inside for a routed
@@ -455,4 +455,4 @@ __global__ void __launch_bounds__(merge_threads)
   }
 }
 
-}  // namespace skim::exec::cuda::decode_detail
+}  // namespace skim::cuda::detail::decode_impl

@@ -1,5 +1,5 @@
 #pragma once
-// K/V rows of one (sequence, kv head) for skim::exec::cuda::decode's split kernels (decode_simt.cuh,
+// K/V rows of one (sequence, kv head) for skim::cuda::decode's split kernels (decode_simt.cuh,
 // decode_mma.cuh), with the per-sequence lookups hoisted out of the key loop: a contiguous source's
 // base pointers, or a paged source's page list. rows() gives a token's K and V rows, offset() the
 // same as one element offset from k_base() / v_base() (the tensor-core kernel hands one offset per
@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "skim/exec/cuda/common.cuh"
+#include "skim/core/cuda/common.cuh"
 
-namespace skim::exec::cuda::decode_detail {
+namespace skim::cuda::detail::decode_impl {
 
 using skim::cuda::device_row;
 
@@ -83,4 +83,4 @@ struct kv_rows<skim::cuda::device_paged_kv<T>> {
   [[nodiscard]] __device__ __forceinline__ const T* v_base() const noexcept { return v_pages; }
 };
 
-}  // namespace skim::exec::cuda::decode_detail
+}  // namespace skim::cuda::detail::decode_impl

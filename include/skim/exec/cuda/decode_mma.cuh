@@ -1,5 +1,5 @@
 #pragma once
-// The tensor-core split kernel of skim::exec::cuda::decode (decode_kernel::tensor_cores; decode.cuh
+// The tensor-core split kernel of skim::cuda::decode (decode_kernel::tensor_cores; decode.cuh
 // holds the host API, decode_simt.cuh the CUDA-core kernel, decode_common.cuh the merge kernel and
 // the parts both split kernels share). sm_80 and later; Q and K/V of one 16-bit type; head_dim 64 or 128.
 //
@@ -50,13 +50,13 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "skim/exec/cuda/common.cuh"
+#include "skim/core/cuda/common.cuh"
 #include "skim/exec/cuda/decode_common.cuh"
 #include "skim/exec/cuda/prefill_sm80.cuh"
 
-namespace skim::exec::cuda::decode_detail::mma {
+namespace skim::cuda::detail::decode_impl::mma {
 
-namespace sm80 = skim::exec::cuda::detail::prefill_sm80;
+namespace sm80 = skim::cuda::detail::prefill_sm80;
 
 inline constexpr int stages = 3;             // K/V buffers per warp: 2 tiles (16 KB) in flight per warp
 inline constexpr int tile_bytes = 4096;      // K (and V) bytes of one tile
@@ -97,7 +97,7 @@ static_assert(static_cast<std::size_t>(warps) * m_tile * (comb_stride<128> + 2) 
                       static_cast<std::size_t>(m_tile) * (128 + 2) * 4 <=
                   kv_bytes,
               "the epilogue's states and a pass's partial (cluster merge) fit in the K/V buffers");
-static_assert(kv_bytes >= decode_detail::kv_bytes, "a routed table's selection fits the K/V buffers of both kernels");
+static_assert(kv_bytes >= detail::decode_impl::kv_bytes, "a routed table's selection fits the K/V buffers of both kernels");
 static_assert((kv_bytes + tok_bytes) % alignment == 0, "q starts on a 128-byte boundary (ldmatrix's XOR addressing)");
 
 [[nodiscard]] constexpr std::int32_t q16(std::int32_t rows) noexcept { return (rows + m_tile - 1) / m_tile * m_tile; }
@@ -456,4 +456,4 @@ __global__ void __launch_bounds__(threads, 1)
 #endif
 }
 
-}  // namespace skim::exec::cuda::decode_detail::mma
+}  // namespace skim::cuda::detail::decode_impl::mma

@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA-core split kernel of skim::exec::cuda::decode (decode.cuh holds the host API and the
+// The CUDA-core split kernel of skim::cuda::decode (decode.cuh holds the host API and the
 // contracts, decode_common.cuh what both split kernels share, decode_mma.cuh the tensor-core one).
 //
 // split_kernel: one CTA per (split, index head, sequence × query block) = (split, unit). A unit is
@@ -33,7 +33,7 @@
 
 #include "skim/exec/cuda/decode_common.cuh"
 
-namespace skim::exec::cuda::decode_detail {
+namespace skim::cuda::detail::decode_impl {
 
 // ---------------------------------------------------------------------------------------------
 // One warp's rows over one slice of the chunk's keys.
@@ -362,4 +362,4 @@ __global__ void __launch_bounds__(threads, 1)
   }
 }
 
-}  // namespace skim::exec::cuda::decode_detail
+}  // namespace skim::cuda::detail::decode_impl

@@ -1,5 +1,5 @@
 #pragma once
-// skim::exec::cuda::prefill — block-sparse attention over many queries per sequence (prefill,
+// skim::cuda::prefill — block-sparse attention over many queries per sequence (prefill,
 // chunked prefill, prefix-cached prefill) on tensor cores, sm_80 and later, with two kernels:
 // mma.sync (prefill_sm80.cuh, FlashAttention-2 style, every supported shape) and, on sm_90, wgmma
 // with tensor-memory copies and a producer warpgroup (prefill_sm90.cuh: block_q 128, contiguous
@@ -14,7 +14,7 @@
 // outputs differ from the reference by about that rounding (tests/cuda/prefill_test.cu bounds the
 // per-row relative L2 error by 2e-2 for bf16 and 5e-3 for fp16; lse is not affected by it).
 //
-//   skim::exec::cuda::prefill exec;
+//   skim::cuda::prefill exec;
 //   SKIM_TRY(exec.can_implement(args.prob));                  // head_dim, block sizes
 //   SKIM_TRY(exec.run(args, nullptr, 0, stream));             // asynchronous; no allocation, no sync
 //   SKIM_TRY(skim::cuda::read_device_error(args.prob.error, stream));  // when the caller wants to know
@@ -22,7 +22,7 @@
 // Supported: head_dim 64 or 128, block_q and block_kv 64 or 128 (a compile-time tile each: 8
 // kernels per element type, K/V source and index kind), Q and K/V both bf16 or both fp16, O of the
 // same type or float, K/V contiguous (the fast path) or paged (any page size), scope kv_head or
-// query_head, and any device index (index.cuh): device_block_table and device_block_csr share one
+// query_head, and any device index (index/cuda/device_index.cuh): device_block_table and device_block_csr share one
 // kernel (the form is a uniform run-time branch); device_causal_all, device_sink,
 // device_sliding_window and unions (make_device_union(table, device_sink{1},
 // device_sliding_window{4}): a routed table with its reserved blocks, merged on the fly, never
@@ -31,7 +31,7 @@
 //     8 elements (they are read with 16-byte cp.async);
 //   - O rows: base pointer aligned to 2 · sizeof(TO), strides even (pairs of elements are stored).
 //
-// Device-side content (cu_seqlens, page tables, indices) is never trusted (common.cuh): an id
+// Device-side content (cu_seqlens, page tables, indices) is never trusted (core/cuda/common.cuh): an id
 // outside [0, visible_blocks) of its row, an id not above the previous one, a count or CSR range
 // outside the storage, or a page outside the pool is skipped and reported in prob.error; keys
 // at or past a sequence's kv_len are never read (their tile rows are zero-filled). Rows of a
@@ -45,15 +45,16 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 
 #include "skim/core/status.hpp"
-#include "skim/exec/cuda/common.cuh"
+#include "skim/core/cuda/common.cuh"
 #include "skim/exec/cuda/prefill_common.cuh"
 #include "skim/exec/cuda/prefill_sm80.cuh"
 #include "skim/exec/cuda/prefill_sm90.cuh"
 
-namespace skim::exec::cuda {
+namespace skim::cuda {
 
 // Which kernel prefill runs.
 enum class prefill_kernel : std::uint8_t {
@@ -90,16 +91,16 @@ struct prefill {
   // Enqueues the attention on `stream`. No allocation, no synchronisation; the error word (if
   // any) is updated by the kernel and read by the caller (skim::cuda::read_device_error).
   // @pre the device buffers stay alive until the stream reaches the kernel.
-  // `workspace` and `bytes` are unused (workspace_bytes is 0).
+  // `workspace` is unused (workspace_bytes is 0): the same run(args, workspace, stream) as decode's.
   template <class TQ, class KV, class Index, class TO>
-  [[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a, void* /*workspace*/,
-                           std::size_t /*bytes*/, cudaStream_t stream) const noexcept {
+  [[nodiscard]] status run(const skim::cuda::device_attention_args<TQ, KV, Index, TO>& a,
+                           std::span<std::byte> /*workspace*/, cudaStream_t stream) const noexcept {
     static_assert(std::is_same_v<TQ, skim::bfloat16> || std::is_same_v<TQ, skim::half>,
                   "prefill: Q must be skim::bfloat16 or skim::half");
     static_assert(std::is_same_v<typename KV::value_type, TQ>, "prefill: K/V must have Q's element type");
     static_assert(std::is_same_v<TO, TQ> || std::is_same_v<TO, float>, "prefill: O must be Q's type or float");
     static_assert(skim::cuda::is_device_index_v<Index>,
-                  "prefill: index must be a device index (index.cuh): device_block_table, device_block_csr, "
+                  "prefill: index must be a device index (index/cuda/device_index.cuh): device_block_table, device_block_csr, "
                   "device_causal_all, device_sink, device_sliding_window or a device_union of them");
 
     SKIM_TRY(skim::cuda::check_args(a));
@@ -127,4 +128,4 @@ struct prefill {
   }
 };
 
-}  // namespace skim::exec::cuda
+}  // namespace skim::cuda

@@ -1,5 +1,5 @@
 #pragma once
-// What skim::exec::cuda::prefill's two kernels share (prefill_sm80.cuh: mma.sync; prefill_sm90.cuh:
+// What skim::cuda::prefill's two kernels share (prefill_sm80.cuh: mma.sync; prefill_sm90.cuh:
 // wgmma): the kernel arguments and the stored-index wrapper, the CTA's place in the grid, the row's
 // checked block ids, and on the host the alignment contracts of their 16-byte loads and paired
 // stores. Each kernel header keeps only its own tiles, pipeline and launch.
@@ -11,9 +11,9 @@
 #include <type_traits>
 
 #include "skim/core/status.hpp"
-#include "skim/exec/cuda/common.cuh"
+#include "skim/core/cuda/common.cuh"
 
-namespace skim::exec::cuda::detail::prefill_common {
+namespace skim::cuda::detail::prefill_common {
 
 inline constexpr int chunk_elems = 8;    // 16-bit elements in a 16-byte chunk
 inline constexpr float log2e = 1.4426950408889634f;
@@ -22,7 +22,7 @@ inline constexpr float ln2 = 0.6931471805599453f;
 // ---------------------------------------------------------------------------------------------
 // The stored index (table or CSR), with its form decided at run time: it is read once per block
 // id, so a uniform branch costs nothing and keeps the kernel count down (one per element type,
-// K/V source and tile shape instead of four times that). The implicit indices and unions (index.cuh)
+// K/V source and tile shape instead of four times that). The implicit indices and unions (index/cuda/device_index.cuh)
 // are kernel template arguments of their own: prefill::run passes them as they are.
 struct index_ref {
   skim::cuda::device_block_table table;
@@ -38,6 +38,12 @@ struct index_ref {
     return {s.first, s.first + s.n, s.clamped};
   }
   [[nodiscard]] status validate() const noexcept { return is_csr ? csr.validate() : table.validate(); }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int32_t max_ids() const noexcept {
+    return is_csr ? csr.max_ids() : table.max_ids();
+  }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t stored_rows() const noexcept {
+    return is_csr ? csr.stored_rows() : table.stored_rows();
+  }
 };
 static_assert(skim::cuda::device_block_index<index_ref>);
 
@@ -46,7 +52,7 @@ template <class Index>
 using kernel_index_t = std::conditional_t<skim::cuda::is_stored_device_index_v<Index>, index_ref, Index>;
 
 // Everything the kernel reads, by value. O is either T (o_fp32 false) or float. Index is index_ref
-// (stored forms) or an implicit index / union (index.cuh).
+// (stored forms) or an implicit index / union (index/cuda/device_index.cuh).
 template <class T, class KV, class Index = index_ref>
 struct params {
   skim::cuda::device_problem prob;
@@ -210,4 +216,4 @@ void fill_params(Params& prm, const skim::cuda::device_attention_args<TQ, KV, In
   prm.scale_log2 = a.prob.scale() * log2e;
 }
 
-}  // namespace skim::exec::cuda::detail::prefill_common
+}  // namespace skim::cuda::detail::prefill_common

@@ -1,5 +1,5 @@
 #pragma once
-// The tile kernel behind skim::exec::cuda::prefill (prefill.cuh): block-sparse FlashAttention-2 on
+// The tile kernel behind skim::cuda::prefill (prefill.cuh): block-sparse FlashAttention-2 on
 // the sm_80 tensor-core instructions (mma.sync m16n8k16, ldmatrix, cp.async), which sm_90a runs too.
 //
 // One CTA computes one (sequence, query block of BQ rows, query head); warp w owns query rows
@@ -33,11 +33,11 @@
 #include <utility>
 
 #include "skim/core/status.hpp"
-#include "skim/exec/cuda/common.cuh"
+#include "skim/core/cuda/common.cuh"
 #include "skim/exec/cuda/prefill_common.cuh"
 #include "skim/exec/cuda/ptx.cuh"
 
-namespace skim::exec::cuda::detail::prefill_sm80 {
+namespace skim::cuda::detail::prefill_sm80 {
 
 // What both prefill kernels share (prefill_common.cuh).
 using prefill_common::chunk_elems;
@@ -384,16 +384,16 @@ template <class T, class KV, class Index, int D, int BQ, int BK>
   constexpr auto kernel = prefill_kernel<T, KV, D, BQ, BK, Index>;
   if constexpr (smem > 48 * 1024) {
     skim::cuda::device_facts d;
-    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::prefill: device attributes"));
+    SKIM_TRY(skim::cuda::current_device(d, "skim::cuda::prefill: device attributes"));
     if (static_cast<std::size_t>(d.smem_optin) < smem) {
       return status::error(status_code::unsupported,
                            "prefill tile (head_dim %d, block_q %d, block_kv %d) needs %zu bytes of shared memory, "
                            "device %d allows %d", D, BQ, BK, smem, d.device, d.smem_optin);
     }
-    SKIM_TRY(skim::cuda::allow_dynamic_smem<kernel>(d, "cudaFuncSetAttribute in skim::exec::cuda::prefill"));
+    SKIM_TRY(skim::cuda::allow_dynamic_smem<kernel>(d, "cudaFuncSetAttribute in skim::cuda::prefill"));
   }
   kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(prm);
-  return skim::cuda::check_launch("skim::exec::cuda::prefill");
+  return skim::cuda::check_launch("skim::cuda::prefill");
 }
 
 template <class T, class KV, class Index, int D, int BQ>
@@ -420,4 +420,4 @@ template <class TQ, class KV, class Index, class TO>
                                : launch_bq<TQ, KV, KI, 128>(prm, grid, stream);
 }
 
-}  // namespace skim::exec::cuda::detail::prefill_sm80
+}  // namespace skim::cuda::detail::prefill_sm80

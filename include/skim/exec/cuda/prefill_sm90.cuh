@@ -1,11 +1,11 @@
 #pragma once
-// The Hopper kernel behind skim::exec::cuda::prefill (prefill.cuh): block-sparse prefill attention
+// The Hopper kernel behind skim::cuda::prefill (prefill.cuh): block-sparse prefill attention
 // on the warpgroup matrix multiply (wgmma, sm_90a), with the same semantics and contracts as the
 // sm_80 kernel (prefill_sm80.cuh; P rounded to the input type before P·V, the device error word,
 // o = 0 / lse = -inf for rows that see no key, deterministic), on a narrower set of shapes:
 //
 //   head_dim 64 or 128, block_q 128, block_kv 64 or 128, Q and K/V both bf16 or both fp16, O of
-//   the same type or float, K/V contiguous, any device index (index.cuh), scope kv_head or
+//   the same type or float, K/V contiguous, any device index (index/cuda/device_index.cuh), scope kv_head or
 //   query_head. prefill picks it on an sm_90 device for such problems (prefill_kernel::automatic)
 //   when the binary holds its wgmma body: built for sm_90a (`-gencode=arch=compute_90a,code=sm_90a`).
 //   Other device passes (sm_80, plain sm_90) compile a stand-in body that prefill recognises by its
@@ -47,12 +47,12 @@
 #include <type_traits>
 
 #include "skim/core/status.hpp"
-#include "skim/exec/cuda/common.cuh"
+#include "skim/core/cuda/common.cuh"
 #include "skim/exec/cuda/prefill_common.cuh"
 #include "skim/exec/cuda/ptx.cuh"
 #include "skim/exec/cuda/wgmma.cuh"
 
-namespace skim::exec::cuda {
+namespace skim::cuda {
 
 namespace detail::prefill_sm90 {
 
@@ -452,7 +452,7 @@ template <auto Kernel>
   };
   int body = 0;
   SKIM_TRY(skim::cuda::check(skim::cuda::once_per_device(d.device, body, ask),
-                             "cudaFuncGetAttributes in skim::exec::cuda::prefill (wgmma)"));
+                             "cudaFuncGetAttributes in skim::cuda::prefill (wgmma)"));
   yes = d.major == 9 && d.minor == 0 && body == 1;
   return status::success();
 }
@@ -470,7 +470,7 @@ template <class T, class KV, class Index>
       return status::success();
     }
     skim::cuda::device_facts d;
-    SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::prefill: device attributes"));
+    SKIM_TRY(skim::cuda::current_device(d, "skim::cuda::prefill: device attributes"));
     // One probe stands for the four tile shapes: they are built for the same targets.
     return has_wgmma_body<kernel_of<T, KV, kernel_index_t<Index>, 128, 128>>(d, yes);
   } else {
@@ -483,15 +483,15 @@ template <class T, class KV, class Index, int D, int BK>
   constexpr std::size_t smem = layout<D, BK>::bytes;
   constexpr auto kernel = kernel_of<T, KV, Index, D, BK>;
   skim::cuda::device_facts d;
-  SKIM_TRY(skim::cuda::current_device(d, "skim::exec::cuda::prefill: device attributes"));
+  SKIM_TRY(skim::cuda::current_device(d, "skim::cuda::prefill: device attributes"));
   if (static_cast<std::size_t>(d.smem_optin) < smem) {
     return status::error(status_code::unsupported,
                          "prefill (wgmma): head_dim %d, block_kv %d need %zu bytes of shared memory, device %d "
                          "allows %d", D, BK, smem, d.device, d.smem_optin);
   }
-  SKIM_TRY(skim::cuda::allow_dynamic_smem<kernel>(d, "cudaFuncSetAttribute in skim::exec::cuda::prefill (wgmma)"));
+  SKIM_TRY(skim::cuda::allow_dynamic_smem<kernel>(d, "cudaFuncSetAttribute in skim::cuda::prefill (wgmma)"));
   kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(prm);
-  return skim::cuda::check_launch("skim::exec::cuda::prefill (wgmma)");
+  return skim::cuda::check_launch("skim::cuda::prefill (wgmma)");
 }
 
 // cuTensorMapEncodeTiled, fetched from the driver once.
@@ -560,4 +560,4 @@ template <class TQ, class KV, class Index, class TO>
 
 }  // namespace detail::prefill_sm90
 
-}  // namespace skim::exec::cuda
+}  // namespace skim::cuda

@@ -14,7 +14,7 @@
 //
 // One read interface, a cursor (the device counterpart of skim::block_cursor):
 //   for (auto c = index.cursor(row, geometry); !c.done(); c.next()) use(c.id());
-// where `geometry` is the row's device_row (make_device_row in common.cuh computes it; the
+// where `geometry` is the row's device_row (make_device_row in core/cuda/common.cuh computes it; the
 // implicit rules read only visible_blocks). A cursor also says
 //   c.malformed()  the stored row was out of its storage (a row number past `rows`, a count
 //                  outside [0, width], a CSR range outside col_idx) and was clamped: the kernel
@@ -26,7 +26,7 @@
 // index's own storage, whatever it holds.
 //
 // Host side: each index has validate() (null pointers, negative sizes, the value named in the
-// message); check_args (common.cuh) calls it.
+// message); check_args (core/cuda/common.cuh) calls it.
 
 #include <concepts>
 #include <cstdint>
@@ -40,7 +40,7 @@
 namespace skim::cuda {
 
 // Row geometry on the device: the same numbers as skim::row_info (problem.hpp), computed from the
-// device cu_seqlens by make_device_row (common.cuh). ok is false (and the error word set) when the
+// device cu_seqlens by make_device_row (core/cuda/common.cuh). ok is false (and the error word set) when the
 // sequence breaks the host's bounds; the caller then skips the row.
 struct device_row {
   std::int32_t q_begin = 0, q_end = 0;  // queries of the block, relative to the sequence
@@ -171,6 +171,8 @@ struct device_block_table {
     const span s = row(r);
     return {s.first, s.first + s.n, s.clamped};
   }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int32_t max_ids() const noexcept { return width; }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t stored_rows() const noexcept { return rows; }
 
   [[nodiscard]] status validate() const noexcept {
     if (width < 0) return status::error(status_code::invalid_argument, "block_table width %d < 0", width);
@@ -210,6 +212,10 @@ struct device_block_csr {
     const device_block_table::span s = row(r);
     return {s.first, s.first + s.n, s.clamped};
   }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int32_t max_ids() const noexcept {
+    return capacity > INT32_MAX ? INT32_MAX : static_cast<std::int32_t>(capacity < 0 ? 0 : capacity);
+  }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t stored_rows() const noexcept { return rows; }
 
   [[nodiscard]] status validate() const noexcept {
     if (rows > 0 && row_ptr == nullptr) {
@@ -235,6 +241,8 @@ struct device_causal_all {
                                                                             const device_row& g) const noexcept {
     return {0, g.visible_blocks};
   }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int32_t max_ids() const noexcept { return INT32_MAX; }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t stored_rows() const noexcept { return 0; }
   [[nodiscard]] status validate() const noexcept { return status::success(); }
 };
 
@@ -247,6 +255,8 @@ struct device_sink {
     const std::int32_t n = blocks < 0 ? 0 : blocks;
     return {0, n < g.visible_blocks ? n : g.visible_blocks};
   }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int32_t max_ids() const noexcept { return blocks > 0 ? blocks : 0; }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t stored_rows() const noexcept { return 0; }
   [[nodiscard]] status validate() const noexcept {
     if (blocks < 0) return status::error(status_code::invalid_argument, "sink blocks %d < 0", blocks);
     return status::success();
@@ -264,6 +274,8 @@ struct device_sliding_window {
     const std::int32_t first = g.visible_blocks - n;
     return {first > 0 ? first : 0, g.visible_blocks};
   }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int32_t max_ids() const noexcept { return blocks > 0 ? blocks : 0; }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t stored_rows() const noexcept { return 0; }
   [[nodiscard]] status validate() const noexcept {
     if (blocks < 0) return status::error(status_code::invalid_argument, "sliding_window blocks %d < 0", blocks);
     return status::success();
@@ -289,6 +301,12 @@ struct device_union {
   [[nodiscard]] __device__ __forceinline__ cursor_type cursor(std::int64_t r, const device_row& g) const noexcept {
     return cursor_type(a.cursor(r, g), b.cursor(r, g));
   }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int32_t max_ids() const noexcept {
+    const std::int64_t n = static_cast<std::int64_t>(a.max_ids()) + b.max_ids();
+    return n > INT32_MAX ? INT32_MAX : static_cast<std::int32_t>(n);
+  }
+  // 0: a stored part reports on the device the rows it lacks (bad_count).
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t stored_rows() const noexcept { return 0; }
   // ok iff both parts validate; a failure is prefixed with the part ("union part 1: sink blocks -1 < 0").
   [[nodiscard]] status validate() const noexcept {
     status s = a.validate();
@@ -335,6 +353,8 @@ struct device_head_shared {
                                                                        const device_row& g) const noexcept {
     return shared.cursor(shared_row(r), g);
   }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int32_t max_ids() const noexcept { return shared.max_ids(); }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t stored_rows() const noexcept { return shared.stored_rows(); }
   [[nodiscard]] status validate() const noexcept {
     if (index_heads < 1) {
       return status::error(status_code::invalid_argument, "head_shared index_heads %d < 1", index_heads);
@@ -371,11 +391,16 @@ template <class A, class B>
 
 // An index a kernel can read through cursor(row, geometry) (requirements listed at the top):
 //  1. cursor(std::int64_t row, const device_row&) -> device_block_cursor (device code);
-//  2. validate() -> status (host: the index's own scalars and pointers).
+//  2. validate() -> status (host: the index's own scalars and pointers);
+//  3. max_ids() -> std::int32_t: the most ids a row yields (a stored width, a rule's block count,
+//     a union's sum), the bound decode sizes its split for;
+//  4. stored_rows() -> std::int64_t: the rows stored on the device (0 for rules and unions).
 template <class I>
 concept device_block_index = std::copyable<I> && requires(const I& index, std::int64_t r, const device_row& g) {
   { index.cursor(r, g) } -> device_block_cursor;
   { index.validate() } -> std::same_as<status>;
+  { index.max_ids() } -> std::same_as<std::int32_t>;
+  { index.stored_rows() } -> std::same_as<std::int64_t>;
 };
 
 // Stored forms (device_block_table, device_block_csr): rows whose ids a kernel can address by
@@ -391,7 +416,7 @@ template <class I>
 inline constexpr bool is_shared_stored_device_index_v = false;
 template <class I>
 inline constexpr bool is_shared_stored_device_index_v<device_head_shared<I>> = is_stored_device_index_v<I>;
-// A table decode fills as it reads it, from decode_router's scores (route_select.cuh): decode only.
+// A table decode fills as it reads it, from decode_router's scores (select/cuda/select_kernel.cuh): decode only.
 struct device_routed_table;
 template <class I>
 inline constexpr bool is_routed_device_index_v = std::is_same_v<I, device_routed_table>;

@@ -1,6 +1,6 @@
 #pragma once
 // What every skim CUDA kernel shares: the device-side problem, K/V sources and indices, 16-bit
-// loads, the device error word (CUDA errors as skim::status, device facts and launches: launch.cuh).
+// loads, the device error word (CUDA errors as skim::status, device facts and launches: core/cuda/launch.cuh).
 //
 // Device-resident geometry. Sequence lengths (cu_seqlens), page tables and indices live in device
 // memory, so one decode step can be captured in a CUDA graph and replayed while the sequences
@@ -27,8 +27,8 @@
 #include "skim/core/problem.hpp"
 #include "skim/core/status.hpp"
 #include "skim/core/views.hpp"
-#include "skim/exec/cuda/index.cuh"
-#include "skim/exec/cuda/launch.cuh"
+#include "skim/index/cuda/device_index.cuh"
+#include "skim/core/cuda/launch.cuh"
 
 namespace skim::cuda {
 
@@ -112,7 +112,7 @@ struct device_problem {
   return status::success();
 }
 
-// Row geometry on the device: device_row (index.cuh), the same numbers as skim::make_row_info.
+// Row geometry on the device: device_row (index/cuda/device_index.cuh), the same numbers as skim::make_row_info.
 
 __device__ inline void report(const device_problem& p, std::uint32_t bits) noexcept {
   if (p.error != nullptr) atomicOr(p.error, bits);
@@ -289,7 +289,7 @@ template <class T>
 }
 
 // Indices on the device (device_block_table, device_block_csr, the implicit rules and unions):
-// index.cuh.
+// index/cuda/device_index.cuh.
 
 // ---------------------------------------------------------------------------------------------
 // Q and O on the device: element (token, head, d) at data[token * token_stride + head * head_stride + d].
@@ -315,7 +315,7 @@ struct device_attention_args {
   device_problem prob;
   device_view<const TQ> q;  // [tokens_q, heads_q, head_dim]
   KV kv;                    // device_contiguous_kv or device_paged_kv
-  Index index;              // a device index (index.cuh); decode takes the stored forms only
+  Index index;              // a device index (index/cuda/device_index.cuh); decode takes the stored forms only
   device_view<TO> o;        // [tokens_q, heads_q, head_dim]
   float* lse = nullptr;
 };

@@ -1,7 +1,7 @@
 #pragma once
 // The host side of running skim's kernels: CUDA errors as skim::status, what run() asks of the
 // current device (queried once per device), and kernel launches through cudaLaunchKernelEx with
-// the attributes skim uses (thread block clusters). common.cuh includes it.
+// the attributes skim uses (thread block clusters). core/cuda/common.cuh includes it.
 
 #include <cuda_runtime.h>
 

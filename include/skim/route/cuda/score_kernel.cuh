@@ -1,6 +1,6 @@
 #pragma once
-// The score kernel of skim::cuda::decode_router (route.cuh holds the host API and the contract: the
-// bits of the CPU pipeline, row numbering, reserved blocks and ties; route_select.cuh the select
+// The score kernel of skim::cuda::decode_router (route/cuda/decode_router.cuh holds the host API and the contract: the
+// bits of the CPU pipeline, row numbering, reserved blocks and ties; select/cuda/select_kernel.cuh the select
 // kernel that reads the scores).
 //
 // Grid (128-block tiles, index heads, sequences), 128 threads, one block per thread. The row's query
@@ -18,10 +18,10 @@
 #include <limits>
 #include <type_traits>
 
-#include "skim/exec/cuda/common.cuh"
-#include "skim/exec/cuda/index.cuh"
-#include "skim/exec/cuda/summarize.cuh"
-#include "skim/exec/cuda/summarize_centroids.cuh"
+#include "skim/core/cuda/common.cuh"
+#include "skim/index/cuda/device_index.cuh"
+#include "skim/summarize/cuda/max_bound.cuh"
+#include "skim/summarize/cuda/multi_centroid.cuh"
 #include "skim/route/pooled_router.hpp"
 
 namespace skim::cuda {

@@ -19,7 +19,7 @@
 // cost: 2 * head_dim elements per block and kv head for every decode step).
 //
 // No allocation, no synchronisation: both launch one kernel on the caller's stream and can be
-// captured in a CUDA graph. Device content is never trusted (common.cuh): a sequence longer than
+// captured in a CUDA graph. Device content is never trusted (core/cuda/common.cuh): a sequence longer than
 // device_problem::max_seqlen_kv is skipped and reported (bad_seqlen), a key a paged source cannot
 // give is skipped and reported (bad_page).
 
@@ -27,7 +27,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "skim/exec/cuda/common.cuh"
+#include "skim/core/cuda/common.cuh"
 
 namespace skim::cuda {
 

@@ -1,6 +1,6 @@
 #pragma once
-// The select kernel of skim::cuda::decode_router (route.cuh holds the host API and the contract: the
-// bits of the CPU pipeline, reserved blocks and ties; route_kernels.cuh the score kernel whose
+// The select kernel of skim::cuda::decode_router (route/cuda/decode_router.cuh holds the host API and the contract: the
+// bits of the CPU pipeline, reserved blocks and ties; route/cuda/score_kernel.cuh the score kernel whose
 // scores it reads). It needs nothing of the score kernel's code, so decode, which runs select_row
 // for a routed table, includes this header alone.
 //
@@ -15,8 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "skim/exec/cuda/common.cuh"
-#include "skim/exec/cuda/index.cuh"
+#include "skim/core/cuda/common.cuh"
+#include "skim/index/cuda/device_index.cuh"
 #include "skim/index/block_table.hpp"
 #include "skim/route/head_pool.hpp"
 
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(select_threads)
 
 }  // namespace detail::route_impl
 
-// A decode_router selection that skim::exec::cuda::decode makes as it reads it: each split CTA of
+// A decode_router selection that skim::cuda::decode makes as it reads it: each split CTA of
 // decode selects its row's ids from the router's scores with select_row (the select kernel's code:
 // the same ids, bit for bit) into shared memory, and split 0 writes the row (ids, count) to `table`,
 // for the merge kernel of the same run and for the engine. It saves the select kernel's launch in a
@@ -320,6 +320,8 @@ struct device_routed_table {
   const float* scores = nullptr;     // [batch, index_heads, select.stride], as decode_router::score writes them
   detail::route_impl::select_params select{};
 
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int32_t max_ids() const noexcept { return table.width; }
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t stored_rows() const noexcept { return table.rows; }
   // Row r as written by this step's decode (the merge kernel reads it after the split kernel).
   [[nodiscard]] __device__ __forceinline__ device_block_table::span row(std::int64_t r) const noexcept {
     return device_block_table{table.ids, table.count, table.width, table.rows}.row(r);

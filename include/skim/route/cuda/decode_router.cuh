@@ -1,7 +1,7 @@
 #pragma once
 // Decode routing on the device: score every visible key block of each (sequence, index head) from its
-// max_bound summary (summarize.cuh), keep the reserved sink and local blocks, add the top-k of the
-// rest, and write a device_block_table the CUDA decode executor reads. With summarize.cuh's
+// max_bound summary (summarize/cuda/max_bound.cuh), keep the reserved sink and local blocks, add the top-k of the
+// rest, and write a device_block_table the CUDA decode executor reads. With summarize/cuda/max_bound.cuh's
 // append_newest() a whole decode step (append, route, attend) runs on the device: no host
 // synchronisation, no allocation, kernel launches only, so it can be captured in a CUDA graph and
 // replayed while the sequences grow (the host knows only the bounds of device_problem).
@@ -15,13 +15,13 @@
 // (select/rank.hpp), so the ids are the CPU's, bit for bit.
 //
 // Decode means one query per sequence: device_problem::max_seqlen_q <= 1 (a sequence with no query
-// has no row). Row numbering is common.cuh's, row = q_block_offset(b) * index_heads + h, which for
+// has no row). Row numbering is core/cuda/common.cuh's, row = q_block_offset(b) * index_heads + h, which for
 // decode is (cu_seqlens_q[b] - cu_seqlens_q[0]) * index_heads + h. A routed row is written completely:
 // ids ascending in [0, count), index::block_table::pad (-1) in [count, width); the rows of a sequence
 // that breaks the bounds are left alone (reported: bad_seqlen).
 //
-// Two kernels: score every block into the workspace (route_kernels.cuh), then select each row's ids
-// (route_select.cuh). With share_heads the select kernel pools a sequence's index heads first
+// Two kernels: score every block into the workspace (route/cuda/score_kernel.cuh), then select each row's ids
+// (select/cuda/select_kernel.cuh). With share_heads the select kernel pools a sequence's index heads first
 // (route/head_pool.hpp) and writes one row per sequence: the CPU pipeline's share_heads, bit for bit.
 // Or one kernel and decode: routed() hands decode a device_routed_table, and decode's split kernels
 // run the select kernel's code on their own rows (same ids) before attending.
@@ -43,11 +43,11 @@
 
 #include "skim/core/workspace.hpp"
 #include "skim/defaults.hpp"
-#include "skim/exec/cuda/common.cuh"
-#include "skim/exec/cuda/route_kernels.cuh"
-#include "skim/exec/cuda/route_select.cuh"
-#include "skim/exec/cuda/summarize.cuh"
-#include "skim/exec/cuda/summarize_centroids.cuh"
+#include "skim/core/cuda/common.cuh"
+#include "skim/route/cuda/score_kernel.cuh"
+#include "skim/select/cuda/select_kernel.cuh"
+#include "skim/summarize/cuda/max_bound.cuh"
+#include "skim/summarize/cuda/multi_centroid.cuh"
 #include "skim/index/block_table.hpp"
 #include "skim/route/head_pool.hpp"
 #include "skim/route/pooled_router.hpp"
@@ -149,7 +149,7 @@ struct decode_router {
   }
 
   // score() after folding the newest key of every sequence with keys (from kv) into its block's
-  // record: summarize.cuh's append_newest(a.prob, kv, a.summaries) and score() in one launch, with
+  // record: summarize/cuda/max_bound.cuh's append_newest(a.prob, kv, a.summaries) and score() in one launch, with
   // the same records and scores as the two calls (multi_centroid records: the two launches).
   template <class TQ, class TS, class S, class KV>
   [[nodiscard]] status score(const decode_route_args<TQ, TS, S>& a, const KV& kv, std::span<float> scores,
@@ -219,7 +219,7 @@ struct decode_router {
     return check_launch("decode_select_kernel");
   }
 
-  // select() left to decode: a device_routed_table over `index` that skim::exec::cuda::decode::run
+  // select() left to decode: a device_routed_table over `index` that skim::cuda::decode::run
   // takes as its index; decode's split kernels then select each row (select()'s ids, bit for bit)
   // where they read it, and write `index` as select() would. A decode step is then score() and
   // decode: one launch less. Checks what select() checks; share_heads is unsupported here.

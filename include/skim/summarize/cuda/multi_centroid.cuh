@@ -24,15 +24,15 @@
 // centroid. The CPU side must not fuse either (no -ffp-contract=fast with FMA on the host build).
 //
 // No allocation, no synchronisation: both launch one kernel on the caller's stream and can be
-// captured in a CUDA graph. Device content is never trusted (common.cuh): a sequence longer than
+// captured in a CUDA graph. Device content is never trusted (core/cuda/common.cuh): a sequence longer than
 // device_problem::max_seqlen_kv is skipped and reported (bad_seqlen); a block with a key that a paged
 // source cannot give is left unwritten and reported (bad_page).
 
 #include <cstddef>
 #include <cstdint>
 
-#include "skim/exec/cuda/common.cuh"
-#include "skim/exec/cuda/summarize.cuh"
+#include "skim/core/cuda/common.cuh"
+#include "skim/summarize/cuda/max_bound.cuh"
 #include "skim/summarize/multi_centroid.hpp"
 
 namespace skim::cuda {
