@@ -1,10 +1,14 @@
 #pragma once
 // skim's CUDA umbrella: include this (not skim/skim.hpp) from .cu files, and link skim::cuda.
 //
-// It brings in every host header (skim/skim.hpp) and the CUDA policies under
-// include/skim/exec/cuda/: the device-side problem and sources (common.cuh), the device indices
-// (index.cuh: stored tables and CSR, sink, sliding window, causal_all and unions), and, one header
-// per policy, the decode and prefill executors and the GPU summarize/score/select kernels.
+// It brings in every host header (skim/skim.hpp) and the CUDA policies, each beside its CPU stage
+// under include/skim/<stage>/cuda/, all in namespace skim::cuda:
+//   core/cuda/       the device-side problem, K/V sources, views, the error word; launches
+//   index/cuda/      the device indices (stored tables and CSR, sink, sliding window, causal_all, unions)
+//   summarize/cuda/  max_bound and multi_centroid summaries: batch build, per-step append
+//   route/cuda/      decode_router (score kernel) — select/cuda/: its select kernel
+//   exec/cuda/       the decode and prefill executors
+//   decode_step.cuh  an engine's routed decode step in one object
 // Needs nvcc (CUDA C++20); the host header self-check does not compile this file.
 
 #if !defined(__CUDACC__)
@@ -12,11 +16,13 @@
 #endif
 
 #include "skim/skim.hpp"
-#include "skim/exec/cuda/common.cuh"
-#include "skim/exec/cuda/index.cuh"
-#include "skim/exec/cuda/ptx.cuh"
-#include "skim/exec/cuda/summarize.cuh"
-#include "skim/exec/cuda/summarize_centroids.cuh"
-#include "skim/exec/cuda/route.cuh"
+#include "skim/core/cuda/common.cuh"
+#include "skim/core/cuda/launch.cuh"
+#include "skim/index/cuda/device_index.cuh"
+#include "skim/summarize/cuda/max_bound.cuh"
+#include "skim/summarize/cuda/multi_centroid.cuh"
+#include "skim/route/cuda/decode_router.cuh"
+#include "skim/select/cuda/select_kernel.cuh"
 #include "skim/exec/cuda/prefill.cuh"
 #include "skim/exec/cuda/decode.cuh"
+#include "skim/decode_step.cuh"

@@ -64,4 +64,5 @@
 #include "skim/evict/recency.hpp"
 #include "skim/evict/summary_score.hpp"
 
+#include "skim/decode_step.hpp"
 #include "skim/pipeline.hpp"

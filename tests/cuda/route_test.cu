@@ -1,4 +1,4 @@
-// GPU decode routing (skim/exec/cuda/summarize.cuh, route.cuh) against the CPU pipeline
+// GPU decode routing (skim/summarize/cuda/max_bound.cuh, route/cuda/decode_router.cuh) against the CPU pipeline
 // summarize::max_bound -> route::pooled_router -> select::reserved<select::top_k>: summaries equal to
 // a host min/max bit for bit (build and token-by-token append_newest), scores bit for bit, ids and
 // counts exactly; ties to lower ids; special scores (NaN, infinities, signed zeros) through select();
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "skim/decode_step.cuh"
 #include "skim/index/head_shared.hpp"
 #include "skim/route/head_pool.hpp"
 
@@ -482,8 +483,8 @@ void check_route(const case_spec& s, const sc::decode_router& router, std::mt199
 // table is poisoned before every routed run, so each run must write it; O must be written everywhere.
 template <class T>
 void check_routed(const case_spec& s, const sc::decode_router& router, std::mt19937& rng) {
-  using skim::exec::cuda::decode;
-  using skim::exec::cuda::decode_kernel;
+  using skim::cuda::decode;
+  using skim::cuda::decode_kernel;
   INFO(s.describe(), " | reduce ", std::string(route::to_string(router.router.reduce)), " sink ",
        router.selector.sink, " local ", router.selector.local, " recency ", router.selector.recency, " k ",
        router.selector.dynamic.k);
@@ -519,7 +520,7 @@ void check_routed(const case_spec& s, const sc::decode_router& router, std::mt19
       const sc::device_attention_args<T, KV, std::decay_t<decltype(index)>, T> a{
           .prob = p, .q = sc::device_view<const T>::token_major(dd.q.data(), p.heads_q, p.head_dim), .kv = kv,
           .index = index, .o = sc::device_view<T>::token_major(o.data(), p.heads_q, p.head_dim), .lse = lse.data()};
-      return dec.run(a, ws.data(), ws_bytes, nullptr);
+      return dec.run(a, ws.bytes(ws_bytes), nullptr);
     };
     SKIM_REQUIRE_OK(s.paged ? run(dd.paged()) : run(dd.contiguous()));
     SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
@@ -904,6 +905,113 @@ TEST_CASE("route small graph capture: append and route replayed while the sequen
   }
 }
 
+// skim::cuda::decode_step (decode_step.cuh) runs, in one object, the step this file checks piece by
+// piece: captured once in a graph and replayed while the sequences grow, it selects the ids of the
+// router over the same keys (and so the CPU pipeline's, expect_cpu_route) and attends as decode over
+// them, bit for bit.
+template <class S>
+void check_decode_step(bool paged) {
+  using TS = std::conditional_t<sc::is_device_multi_centroid_v<S>, float, bfloat16>;
+  const std::uint32_t seed = fresh_seed();
+  INFO("seed ", seed, paged ? " paged" : " contiguous", sc::is_device_multi_centroid_v<S> ? " multi_centroid" : " max_bound");
+  std::mt19937 rng(seed);
+  case_spec s;
+  s.heads_q = 8;
+  s.heads_kv = 2;
+  s.head_dim = 64;
+  s.block_q = 1;
+  s.block_kv = sc::is_device_multi_centroid_v<S> ? defaults::block_kv : 16;
+  s.paged = paged;
+  s.page_size = 16;
+  s.seqs = {{1, 16 * 7 + 1}, {1, 37}, {1, skim::test::uniform(rng, 4, 200)}, {1, 4}};
+  const random_case<bfloat16, bfloat16> c(s, rng);
+  sc::decode_router router;
+  router.selector.dynamic.k = 5;  // skim::defaults' reserves otherwise, as decode_step's
+  device_decode<bfloat16, bfloat16, TS, S> dd(c, router);
+  std::vector<std::int32_t> lens = kv_lengths(s);
+  for (std::int32_t& l : lens) l -= 3;
+  dd.set_lengths(lens);
+  SKIM_REQUIRE_OK(dd.build());
+
+  const sc::decode_step_config config{.prob = dd.prob(), .top_k = router.selector.dynamic.k};
+  using step_t = sc::decode_step<bfloat16, bfloat16, S>;
+  step_t step;
+  buffer<std::byte> memory(step_t::device_bytes(config));
+  const std::span<std::byte> all = memory.bytes(memory.size());
+  CHECK(step.run(sc::device_view<const bfloat16>{}, dd.contiguous(), sc::device_view<bfloat16>{}, nullptr, nullptr)
+            .code() == status_code::invalid_argument);  // before plan()
+  CHECK(step.plan(config, all.first(all.size() - 1)).code() == status_code::workspace_too_small);
+  SKIM_REQUIRE_OK(step.plan(config, all));
+  const sc::device_problem p = dd.prob();
+  const std::size_t n_o = static_cast<std::size_t>(s.seqs.size()) * p.heads_q * p.head_dim;
+  buffer<bfloat16> o(n_o), want_o(n_o);
+  buffer<float> lse(s.seqs.size() * p.heads_q), want_lse(s.seqs.size() * p.heads_q);
+  const auto q = sc::device_view<const bfloat16>::token_major(dd.q.data(), p.heads_q, p.head_dim);
+  const auto step_run = [&](const auto& kv, cudaStream_t stream) {
+    return step.run(q, kv, sc::device_view<bfloat16>::token_major(o.data(), p.heads_q, p.head_dim), lse.data(),
+                    stream);
+  };
+  SKIM_REQUIRE_OK(paged ? step.prefill(dd.paged(), nullptr) : step.prefill(dd.contiguous(), nullptr));
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+
+  cudaStream_t stream = nullptr;
+  SKIM_CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  SKIM_CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const status captured = paged ? step_run(dd.paged(), stream) : step_run(dd.contiguous(), stream);
+  SKIM_CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
+  SKIM_REQUIRE_OK(captured);
+  SKIM_CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+  const sc::decode dec;
+  buffer<std::byte> ws(std::max<std::size_t>(dec.workspace_bytes(p, dd.width), 1));
+  for (int replay = 0; replay < 3; ++replay) {
+    INFO("replay ", replay + 1);
+    for (std::int32_t& l : lens) ++l;
+    dd.set_lengths(lens);  // the new key is in K and counted by cu_seqlens_kv
+    SKIM_CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
+    SKIM_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+    CHECK(dd.error_bits() == 0);
+    // The same step from its parts, over dd's own summaries and table.
+    SKIM_REQUIRE_OK(dd.append_and_route());
+    const auto attend = [&](const auto& kv) {
+      using KV = std::decay_t<decltype(kv)>;
+      const sc::device_attention_args<bfloat16, KV, sc::device_block_table, bfloat16> a{
+          .prob = p, .q = q, .kv = kv, .index = dd.args().index,
+          .o = sc::device_view<bfloat16>::token_major(want_o.data(), p.heads_q, p.head_dim), .lse = want_lse.data()};
+      return dec.run(a, ws.bytes(dec.workspace_bytes(p, dd.width)), nullptr);
+    };
+    SKIM_REQUIRE_OK(paged ? attend(dd.paged()) : attend(dd.contiguous()));
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+    CHECK(dd.error_bits() == 0);
+    const sc::device_block_table t = step.table();
+    REQUIRE(t.width == dd.width);
+    REQUIRE(t.rows == dd.rows);
+    std::vector<std::int32_t> ids(dd.ids.size()), count(dd.count.size());
+    SKIM_CUDA_REQUIRE(cudaMemcpy(ids.data(), t.ids, ids.size() * sizeof(std::int32_t), cudaMemcpyDeviceToHost));
+    SKIM_CUDA_REQUIRE(cudaMemcpy(count.data(), t.count, count.size() * sizeof(std::int32_t), cudaMemcpyDeviceToHost));
+    CHECK(count == dd.count.download());
+    CHECK(ids == dd.ids.download());
+    const std::vector<bfloat16> got = o.download(), want = want_o.download();
+    std::int64_t differ = 0;
+    for (std::size_t i = 0; i < n_o; ++i) differ += bits_of(got[i]) != bits_of(want[i]);
+    const std::vector<float> got_lse = lse.download(), want_l = want_lse.download();
+    for (std::size_t i = 0; i < got_lse.size(); ++i) differ += bits_of(got_lse[i]) != bits_of(want_l[i]);
+    CHECK_MESSAGE(differ == 0, differ, " outputs differ from the step's parts");
+    expect_cpu_route(dd, lens);
+  }
+  SKIM_CUDA_REQUIRE(cudaGraphExecDestroy(exec));
+  SKIM_CUDA_REQUIRE(cudaGraphDestroy(graph));
+  SKIM_CUDA_REQUIRE(cudaStreamDestroy(stream));
+}
+
+TEST_CASE("route small decode_step: one object, replayed in a graph, equals its parts") {
+  for (const bool paged : {false, true}) {
+    check_decode_step<centroids>(paged);
+    check_decode_step<sc::device_max_bound<bfloat16>>(paged);
+  }
+}
+
 TEST_CASE("route small bad input: host bounds rejected, device lengths reported") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed ", seed);
@@ -994,14 +1102,14 @@ TEST_CASE("route small routed table: bad input rejected on the host") {
   SKIM_REQUIRE_OK(router.routed(p, scores, dd.args().index, rt));
 
   buffer<bfloat16> o(static_cast<std::size_t>(2 * p.heads_q * p.head_dim));
-  const skim::exec::cuda::decode dec;
+  const skim::cuda::decode dec;
   const auto run = [&](const sc::device_problem& pp, const sc::device_routed_table& r) {
     const sc::device_attention_args<bfloat16, sc::device_contiguous_kv<bfloat16>, sc::device_routed_table, bfloat16> a{
         .prob = pp, .q = sc::device_view<const bfloat16>::token_major(dd.q.data(), p.heads_q, p.head_dim),
         .kv = dd.contiguous(), .index = r, .o = sc::device_view<bfloat16>::token_major(o.data(), p.heads_q, p.head_dim)};
     const std::size_t ws_bytes = dec.workspace_bytes(pp, r.table.width);
     buffer<std::byte> ws(std::max<std::size_t>(ws_bytes, 1));
-    return dec.run(a, ws.data(), ws_bytes, nullptr).code();
+    return dec.run(a, ws.bytes(ws_bytes), nullptr).code();
   };
   sc::device_routed_table bad = rt;
   bad.table.width = dd.width - 1;
