@@ -1,6 +1,6 @@
 #pragma once
 // Shared pieces of skim's benchmarks (bench/*.cpp): data builders, the peers every program runs in
-// the same process (BENCH.md), and a small two-thread pool.
+// the same process (docs/design.md §12), and a small two-thread pool.
 //
 //  - random_tensor / haystack     Q, K, V: random normal, or structured like examples/needle_demo.cpp
 //                                 (sink, drifting local window, planted needles), at any length
@@ -86,7 +86,7 @@ inline std::int32_t take_max_n_flag(int& argc, char** argv, std::int32_t fallbac
 
 // ---------------------------------------------------------------------------------------------
 // Two-thread pool: the calling thread plus one persistent worker, so that a 2-thread row does not
-// pay a thread start per iteration (~50 µs, a few % of a 32K decode). The worker spins for 50 ms
+// pay a thread start per iteration (tens of microseconds, a few % of a 32K decode). The worker spins for 50 ms
 // after a job, then sleeps on an atomic wait: an idle pool does not steal a core from the
 // single-threaded rows that follow (their first 50 ms share the core with the spinning worker;
 // Google Benchmark's first iterations are its warm-up estimate).
@@ -537,7 +537,7 @@ constexpr double rotation_bytes = 96.0 * 1024 * 1024;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rate counters (BENCH.md: every row shows a rate). kIsRate divides by the row's time; with
+// Rate counters (docs/design.md §12: every row shows a rate). kIsRate divides by the row's time; with
 // UseRealTime that is wall time.
 inline void set_rate(benchmark::State& state, const char* name, double per_iteration) {
   state.counters[name] = benchmark::Counter(per_iteration * double(state.iterations()), benchmark::Counter::kIsRate);

@@ -3,7 +3,7 @@
 // Cost model. Prefill over every causal block (index::causal_all) is compute-bound: each visible
 // (query, key) pair costs one dot product for the score and one axpy for P·V, 4·head_dim flops, so
 // the work is 4 · pairs · head_dim · heads_q with pairs = N(N+1)/2 per head; the ceiling is the
-// machine's GEMM rate (the eigen_gemm peer), and a good kernel reaches ≥ 70% of it (BENCH.md).
+// machine's GEMM rate (the eigen_gemm peer), and a good kernel reaches ≥ 70% of it (docs/performance.md's targets).
 // Decode (one query, N keys) is bandwidth-bound: every selected K and V row is read once (the
 // group's query heads share it), 2 · selected keys · heads_kv · head_dim · sizeof(dtype) bytes
 // against ~4 · N · heads_q · head_dim flops; the ceiling is a streaming read of the same bytes (the

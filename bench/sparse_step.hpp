@@ -1,7 +1,7 @@
 #pragma once
-// The sparse step the pipeline benchmarks (block_size, density) time: skim::sparse_attention with the
-// demo's policies — max_bound summaries, pooled_router{mean queries, max over the GQA group},
-// reserved<top_k>{sink 1, local 1, recency} — and the fastest executor this binary is built for,
+// The sparse step the pipeline benchmarks (block_size, density) time: skim::sparse_attention with a
+// fixed pipeline, not skim::defaults — max_bound summaries, pooled_router{mean queries, max over the GQA
+// group}, reserved<top_k>{sink 1, local 1, recency} — and the fastest executor this binary is built for,
 // split one kv head per thread like every 2-thread row (common.hpp: head_slice), beside the dense
 // peer: the same executor over every causal block (index::causal_all), split the same way; and
 // time_sparse_steps(), the timing loop and stage counters both programs share.

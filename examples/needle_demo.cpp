@@ -171,7 +171,7 @@ struct quality {
   double needle = 0, recall = 0, coverage = 0, error = 0, density = 0;
 };
 
-// Quality of one sparse run against the dense one (DESIGN.md: mass coverage, recall, error).
+// Quality of one sparse run against the dense one (docs/design.md §12: mass coverage, recall, error).
 quality measure(const haystack& h, const skim::problem& p, const skim::index::block_table& selected,
                 std::span<const float> o, std::span<const float> lse, std::span<const float> dense_o,
                 std::span<const float> dense_lse) {

@@ -9,7 +9,7 @@ results.json into --out.
 
     python3 bench/cuda/compare.py --runner build/cuda-device/skim_bench_cuda --out OUT [--quick]
 
-bf16, 32 query heads, 8 kv heads, head dim 128, blocks of 128 (the shapes of ../shared/BENCH.md).
+bf16, 32 query heads, 8 kv heads, head dim 128, blocks of 128 (the GPU shapes of docs/performance.md).
 K/V are head-major for everyone: the peers take [B, H, N, D] tensors, and the runner's default
 --layout hnd holds skim's K/V the same way.
 """

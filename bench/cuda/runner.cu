@@ -21,7 +21,7 @@
 //   prefill: --kernel mma|wgmma|auto (cuda::prefill's kernel: mma.sync, wgmma on sm_90a, or
 //           the executor's choice, the default; printed as "kernel" in the JSON line)
 //
-// Method (METHOD.md): random inputs (never zeros), a warm-up, device events around each run, the
+// Method (docs/design.md §12): random inputs (never zeros), a warm-up, device events around each run, the
 // median over reps (decode also prints graph_ms: reps launches back to back in one CUDA graph, per
 // launch, as an engine's captured decode step runs them); each rep uses the next of --sets random index sets over the same K/V, so the
 // selected bytes of one rep are not left in L2 by the previous one. --index-out writes the index
@@ -164,7 +164,7 @@ double time_median(int reps, F&& f) {
   return ms[ms.size() / 2];
 }
 
-// Median time of one f(rep, stream) when `reps` of them run back to back in one CUDA graph (METHOD.md:
+// Median time of one f(rep, stream) when `reps` of them run back to back in one CUDA graph (docs/design.md §12:
 // for short launches, a graph shrinks the launch gaps that per-call events also count): the graph is
 // replayed `replays` times, each timed by device events and divided by reps.
 template <class F>

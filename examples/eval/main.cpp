@@ -1,4 +1,4 @@
-// skim-eval — evaluate sparse-attention pipelines on a model's own Q, K, V (DESIGN.md §5).
+// skim-eval — evaluate sparse-attention pipelines on a model's own Q, K, V (docs/design.md §12).
 //
 //   skim-eval --q Q.npy --k K.npy --v V.npy [--causal|--no-causal] [--recall 8,16,32] [--json]
 //             [--min-position N] [--repeat N] [--head-table] --config SPEC [--config SPEC ...]

@@ -19,7 +19,7 @@
 //    block holds a measured query (a block is computed whole, whatever is measured), and dense
 //    cost is exec over index::causal_all over the same rows: density = pairs read / dense pairs;
 //  - time: stage times of the pipeline and the time of a dense scalar run over causal_all, each
-//    summed over the layers; `repeat` passes, medians reported (BENCH.md: medians and ratios).
+//    summed over the layers; `repeat` passes, medians reported (docs/design.md §12).
 // importance=S needs a prior: the tool gives the dense attention mass each block receives from
 // the row's queries (all of its queries and query heads) — an oracle, for comparison only.
 

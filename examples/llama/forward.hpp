@@ -13,7 +13,7 @@
 // A prefill's products and a decode step's round differently (a GEMM sums in another order than a
 // GEMV), so prefill and token-by-token decode agree to float rounding, not bit for bit.
 //
-// Attention is a pluggable callable taking skim's layout and causal rule (DESIGN.md §2):
+// Attention is a pluggable callable taking skim's layout and causal rule (docs/design.md §2, §3):
 // Q [n_q, heads_q, head_dim], K and V [n_kv, heads_kv, head_dim] (this layer's cache),
 // query i sees key j iff j <= i + n_kv - n_q. dense_attention is the default; an engine
 // swaps in skim's executors without touching the rest. A hook sees each layer's Q and K

@@ -1,5 +1,5 @@
 #pragma once
-// sparse_attention<Summarizer, Router, Selector, Executor>: the five stages composed (DESIGN.md §1).
+// sparse_attention<Summarizer, Router, Selector, Executor>: the five stages composed (docs/design.md §1).
 //
 //   1 summarize  block summaries of K          (build them, append the newest key, or take them as kept)
 //   2 score      one logit per candidate block  (Router, per index row)

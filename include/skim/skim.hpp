@@ -2,7 +2,7 @@
 // skim — header-only sparse-attention primitives. The umbrella header for host code; include
 // single headers instead to keep compile times down. skim/cuda.cuh adds the CUDA parts.
 //
-// Stages (DESIGN.md §1): summarize -> score -> select -> describe (index) -> execute.
+// Stages (docs/design.md §1): summarize -> score -> select -> describe (index) -> execute.
 
 #include "skim/config.hpp"
 

@@ -1,4 +1,4 @@
-// Sequence isolation: no path may read another sequence's K/V (DESIGN.md §2, varlen).
+// Sequence isolation: no path may read another sequence's K/V (docs/design.md §5).
 //
 // For varlen (contiguous) and paged batches, for every sequence b: poison every other sequence's
 // K/V (and Q) with NaN — in paged storage every page b does not own, spare pages and the unused

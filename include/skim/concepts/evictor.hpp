@@ -1,6 +1,6 @@
 #pragma once
 // The evictor concept: which KV blocks of one (sequence, kv head) stay in a cache that must shrink
-// (DESIGN.md §1: "our summaries to rank KV blocks for eviction").
+// (docs/design.md §1: skim's summaries can rank KV blocks for eviction).
 //
 // An evictor is a policy that gives every resident block a retention score from the evidence it
 // names (accumulated attention mass, recency, summaries against recent queries); skim::evict::rank

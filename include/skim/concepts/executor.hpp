@@ -1,7 +1,7 @@
 #pragma once
 // The executor concept: exact attention over the tiles an index selects.
 //
-// Every executor computes the same function (DESIGN.md §2): for each query token and query head h,
+// Every executor computes the same function (docs/design.md §3): for each query token and query head h,
 // softmax attention over the keys of the row's blocks (the row of index head problem::index_head_of(h)),
 // intersected with the causal mask and the sequence; o = 0 and lse = -inf for a query that sees no key.
 // skim::exec::reference is the oracle that defines it.

@@ -1,5 +1,5 @@
 #pragma once
-// The router concept: one score per candidate key block for each index row (DESIGN.md §1 stage 2).
+// The router concept: one score per candidate key block for each index row (docs/design.md §1, §7).
 //
 // A router reads the block summaries a summarizer S built (skim/summarize/build.hpp layout:
 // [total_kv_blocks, heads_kv, record_floats]) and the queries, and writes, per index row, a score in

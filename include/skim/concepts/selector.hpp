@@ -1,6 +1,6 @@
 #pragma once
 // The selector concept: which key blocks one index row reads, chosen from the row's block scores
-// (DESIGN.md §1 stage 3, §3).
+// (docs/design.md §1, §7).
 //
 // Input of one row (row_scores):
 //  - scores [>= row.visible_blocks]: one logit per block, as a router writes them. Entries at or

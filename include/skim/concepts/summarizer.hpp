@@ -1,6 +1,6 @@
 #pragma once
 // The summarizer concept: a cheap description of one key block of one kv head, which a router
-// scores against a query (DESIGN.md §1 stage 1, §3).
+// scores against a query (docs/design.md §1, §7).
 //
 // A summarizer is a stateless policy type; its state lives in a *record* of floats the caller
 // owns, one per (key block, kv head) — see skim/summarize/build.hpp for the batch-wide layout.

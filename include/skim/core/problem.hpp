@@ -1,7 +1,7 @@
 #pragma once
 // skim::problem — what an attention call computes, independent of where the data lives.
 //
-// Conventions (DESIGN.md §2):
+// Conventions (docs/design.md §2 to §5):
 //  - Q is [tokens_q, heads_q, head_dim]; K, V are [tokens_kv, heads_kv, head_dim].
 //  - A batch is packed (varlen): sequence b owns query tokens [cu_seqlens_q[b], cu_seqlens_q[b+1])
 //    and key tokens [cu_seqlens_kv[b], cu_seqlens_kv[b+1]]. A single sequence is a batch of one.

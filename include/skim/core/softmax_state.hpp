@@ -3,7 +3,7 @@
 //
 // The state of a row after some tiles is (m, l, u): running max of the scaled scores, sum of
 // exp(s - m), and the unnormalised output u = Σ exp(s - m) v. Merging two states of disjoint
-// key sets (DESIGN.md §2):
+// key sets (docs/design.md §8):
 //   m' = max(m_a, m_b),  l' = e^(m_a - m')·l_a + e^(m_b - m')·l_b,  u' likewise.
 // The result is o = u / l and lse = m + log l. A row that saw no key has m = -inf, l = 0 and
 // finishes as o = 0, lse = -inf — never NaN.

@@ -3,7 +3,7 @@
 //
 // For every (query token, query head) row it takes the index row of index head index_head_of(h) for
 // the token's query block, and computes in double precision, over the keys the query may see
-// (causal bottom-right, sequence length; DESIGN.md §2):
+// (causal bottom-right, sequence length; docs/design.md §3, §12):
 //  - α, the dense attention probabilities softmax(scale · q·kᵀ) over every visible key;
 //  - recall@t: the share of the dense top-t keys (by α, ties to the lower key index; all visible
 //    keys if fewer than t) that lie in the selected blocks;

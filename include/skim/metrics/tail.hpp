@@ -1,6 +1,6 @@
 #pragma once
 // skim::metrics tails — a mean is not enough: sparse attention fails in the tail (one head, one
-// query), so every quality number is reported as a mean and its bad tail (BENCH.md, Quality).
+// query), so every quality number is reported as a mean and its bad tail (docs/design.md §12).
 //
 // A tail_summary always reports the *bad* side of the distribution, so that "p1" reads the same
 // for every metric: the value that only 1% of rows are worse than.

@@ -1,6 +1,6 @@
 #pragma once
 // pooled_router: scores every key block of an index row from its summary, for a pooled query of the
-// row's query block, reduced over the GQA group, in logit units (DESIGN.md §3 "Routers").
+// row's query block, reduced over the GQA group, in logit units (docs/design.md §7).
 //
 // For row r (sequence b, query block i, index head h) and key block j < r.visible_blocks:
 //

@@ -1,6 +1,6 @@
 #pragma once
 // reserved<Dynamic>: reserved branches first, then a dynamic selector over the blocks left
-// (DESIGN.md §3). For a row with v visible blocks:
+// (docs/design.md §7). For a row with v visible blocks:
 //  - sink: ids [0, sink) — the attention sinks at the start of the sequence;
 //  - local: the `local` newest visible blocks, ids [v - local, v) — the local window;
 //  - recency: the newest visible block v - 1, kept whatever the scores say (insurance: the

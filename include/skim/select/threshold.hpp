@@ -1,6 +1,6 @@
 #pragma once
 // threshold: keeps k = min(k_max, max(k_min, c)) best blocks, where c counts the blocks that pass
-// a threshold set by `mode` (DESIGN.md §3). The kept blocks are always the k best in the ranking
+// a threshold set by `mode` (docs/design.md §7). The kept blocks are always the k best in the ranking
 // order of rank.hpp (score descending, id ascending, NaN read as -inf), so the blocks that pass
 // are exactly the best c, and k_min / k_max only widen or cut that prefix.
 //

@@ -18,8 +18,8 @@
 //   workspace; the item that finishes a unit's last chunk merges the partials by LSE in chunk order
 //   and writes O. The split depends on the problem only (never on threads), so O and LSE are
 //   bit-identical for any thread count and any assignment of items to threads.
-//   Memory, not arithmetic, bounds decode, so two rules decide its speed (bench/executors.cpp,
-//   docs/performance.md):
+//   Decode reads each selected byte once, and two rules decide how fast (bench/executors.cpp,
+//   docs/performance.md, CPU decode):
 //   - Fused kv heads. With a head-invariant index (index::head_invariant_v: causal_all, sink,
 //     sliding_window and unions of them) every kv head of a decode query block reads the same ids,
 //     and the items of index head 0 run each chunk for all kv heads, block by block (kv head 0's

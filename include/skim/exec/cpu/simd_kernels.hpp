@@ -230,10 +230,10 @@ struct kernels {
   // the keys it does not see, not even 0·v (an inf or NaN in a masked V row must not reach it).
   // Also asks for the same columns of the rows vn[j] of the next tile, j < next_keys, as it passes
   // key j: each pass over the keys requests its own part of the next rows, so the requests are spread
-  // over every pass at the rate the score loop issues K's (measured: requesting whole rows in the
-  // first pass read fp16 decode 10-20% slower from DRAM, likely requests dropped or stalled in bursts).
-  // A full pass's part is NV·w elements, known at compile time, so prefetch_row's loop unrolls: the
-  // same requests with a length computed at run time (a loop) read 54-63% of stream, not 73-85%.
+  // over every pass at the rate the score loop issues K's (requesting whole rows in the first pass
+  // read fp16 decode slower from DRAM, likely requests dropped or stalled in bursts). A full pass's
+  // part is NV·w elements, known at compile time, so prefetch_row's loop unrolls: the same requests
+  // with a length computed at run time (a loop) were slower still (docs/performance.md, CPU decode).
   template <int NV, bool Partial, bool Ragged, stored_element T>
   SKIM_FORCEINLINE static void accumulate_rows(const float* SKIM_RESTRICT pr, const void* const* vp, std::size_t ds,
                                                std::size_t ks, std::int32_t keys, const std::int32_t* n_rows,
@@ -246,7 +246,7 @@ struct kernels {
     const std::size_t part_bytes = static_cast<std::size_t>(Partial ? d - e0 : NV * w) * sizeof(T);
     const auto next_part = [&](std::int32_t j) { return static_cast<const char*>(vn[j]) + part_offset; };
     for (std::int32_t j = keys; j < next_keys; ++j) prefetch_row(next_part(j), part_bytes);
-    SKIM_UNROLL(2)  // two keys' loads in flight (measured: +4-7% decode on AVX-512; 4 is no better)
+    SKIM_UNROLL(2)  // two keys' loads in flight (faster decode on AVX-512; 4 is no better)
     for (std::int32_t j = 0; j < keys; ++j) {
       if (j < next_keys) prefetch_row(next_part(j), part_bytes);
       const T* vj = static_cast<const T*>(vp[j]) + e0;

@@ -5,7 +5,7 @@
 // The generic versions use xsimd only; the x86 and NEON sections override them where xsimd 8.1
 // does not reach the instruction (it has no fma for batch<float, avx2> or avx512f, and no fp16/bf16
 // conversion). Every function is a template on Arch, so translation units built with different -m
-// flags instantiate distinct symbols (no one-definition-rule clash, STYLE.md habit 3).
+// flags instantiate distinct symbols (no one-definition-rule clash, docs/design.md §15).
 
 #include <cstddef>
 #include <cstdint>

@@ -105,11 +105,9 @@ struct decode {
 
   // CTAs the automatic chunk aims at, and the fewest keys per split it takes. Constants: the split of
   // a row never depends on the GPU. Rows are split only when their units alone give fewer than
-  // auto_target_ctas CTAs. Measured on the H200 (16 blocks of 128 per row, graph launches; docs/
-  // performance.md): about half the SMs is best whether the splits merge in a cluster or by the
-  // merge kernel. With the cluster merge, units 8 / 16 / 32 (batch 1 / 2 / 4 at 8 kv heads) ran 9.2 /
-  // 13.2 / 16.0 us at 64 CTAs against 10.6 / 19.5 / 24.6 us at 128 CTAs (and 20.4 / 21.0 / 21.3 us
-  // unsplit); at 64 units two splits (128 CTAs) ran 24.0 us against 23.1 unsplit.
+  // auto_target_ctas CTAs. Measured on the H200, about half the SMs is best whether the splits merge
+  // in a cluster or by the merge kernel, and at 64 units or more splitting rows only adds time
+  // (docs/performance.md, "GPU sparse decode vs FlexAttention").
   static constexpr std::int32_t auto_target_ctas = 64;
   static constexpr std::int32_t auto_min_keys = 256;
 

@@ -32,12 +32,12 @@
 //              buffers), combined in warp order by write_rows; with the cluster merge (InCluster)
 //              the row's splits then merge through distributed shared memory (finish_pass).
 //
-// Instructions per 8 KB tile (K + V) and warp, d 128, counted in the SASS under ncu (H200, contiguous
-// K/V, before the contiguous loader and the tile cursor): ~490, of which ~200 loaded the tile (an
-// integer division, 64-bit offsets shuffled per key, kernel parameters reloaded), 32 mma, 16
-// ldmatrix; IMAD was 20% of all instructions. The kernel is bound by instruction issue (two warps a
-// scheduler), not by memory: docs/performance.md. The CUDA-core kernel spends ~1600 per two 4 KB
-// tiles.
+// The kernel is bound by instruction issue (two warps a scheduler), not by memory, so the loader is
+// kept lean: contiguous K/V rows computed per lane from the tile's first token, tiles walked by a
+// cursor without a division. In the SASS (d 128, contiguous K/V), a loader with an integer division
+// per tile, 64-bit offsets shuffled per key and kernel parameters reloaded took ~200 of a tile's ~490
+// instructions per warp (32 of them mma, 16 ldmatrix); the CUDA-core kernel spends ~1600 per two 4 KB
+// tiles. docs/performance.md, "GPU sparse decode vs FlexAttention".
 //
 // P is rounded to the input type before P·V (as prefill and FlashAttention do): outputs differ from
 // the reference by about that rounding (tests: 2e-2 relative for bf16, 5e-3 for fp16); lse is not
@@ -90,7 +90,7 @@ inline constexpr std::size_t kv_bytes = static_cast<std::size_t>(warps) * stages
 inline constexpr std::size_t tok_bytes = static_cast<std::size_t>(warps) * stages * max_tile_keys * 4;
 // comb_o's row stride: 8 floats past D, so that the fragment stores of one warp (rows g, columns
 // 8 jn + quad_col) fall in distinct banks for each half warp (a stride of D put the 8 rows of a
-// column in one bank: 8-way conflicts that cost ~2000 cycles per CTA in the epilogue).
+// column in one bank: 8-way conflicts, once the epilogue's largest cost).
 template <int D>
 inline constexpr int comb_stride = D + 8;
 static_assert(static_cast<std::size_t>(warps) * m_tile * (comb_stride<128> + 2) * 4 +

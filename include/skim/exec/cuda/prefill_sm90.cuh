@@ -19,8 +19,8 @@
 //     the keys at or past kv_len zero-filled, never read. A buffer is handed over through an
 //     mbarrier ("full", with the id in a shared slot; id -1 ends the row) and taken back through
 //     another ("empty"). It keeps few registers (setmaxnreg).
-//     (cp.async for every tile ran at the same 2.4 TB/s of tile traffic as prefill's sm80 kernel,
-//     286 / 324 TFLOP/s on the runner's shapes; the tensor copies took it to 503 / 582, H200.)
+//     (With cp.async for every tile this kernel ran no faster than the sm80 one, both bound by moving
+//     tiles; whole-tile tensor copies are what make it faster: docs/performance.md, GPU prefill.)
 //   - Warpgroups 1 and 2 consume, 64 query rows each: S = Q·Kᵀ by wgmma (Q and K from shared
 //     memory, K-major), online softmax in registers (masking only on tiles that are not full
 //     blocks), then O += P·V by wgmma with P from registers and V from shared memory (MN-major).

@@ -26,13 +26,13 @@
 // Or one kernel and decode: routed() hands decode a device_routed_table, and decode's split kernels
 // run the select kernel's code on their own rows (same ids) before attending.
 //
-// Cost (H200, B = 8, heads_kv = 8, group 4, head_dim 128, bk = 128, N = 131072: 1024 blocks a row):
-// scoring reads 2 · 1024 · 128 summary elements per (sequence, kv head): 33.5 MB for the batch in
-// bf16 (keep summaries in K's 16-bit type: exact, half of fp32's bytes). Measured under ncu
-// (docs/performance.md): score 17.9 µs (DRAM 40%: 512 CTAs of 4 warps, 124 registers, each thread a
-// chain of 128 dependent adds per head; staging records through shared memory took 27-29 µs, and
-// four threads a block, one head each, 37 µs), select 7.9 µs, append 3 µs as its own kernel. With
-// run(args, kv, ...) the append runs inside the score kernel: the whole step in a graph 50.2 µs.
+// Cost: scoring reads every visible block's record per (sequence, kv head), 2 · blocks · head_dim
+// elements for max_bound (keep those summaries in K's 16-bit type: exact, half of fp32's bytes). The
+// score kernel reads each block's records straight into registers, one block per thread: each thread's
+// sum over a head's dims is one chain of dependent adds (the CPU router's order, for the same bits),
+// which bounds it more than DRAM does; staging records through shared memory, or four threads a block
+// (one head each), was slower. run(args, kv, ...) folds max_bound's append into the score kernel (one
+// launch fewer). Measurements: docs/performance.md, "GPU routed decode step".
 
 #include <algorithm>
 #include <cstddef>
