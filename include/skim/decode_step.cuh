@@ -86,29 +86,24 @@ class decode_step {
  public:
   using summary_value_type = typename storage::value_type;
 
-  // Device bytes plan() carves (aligned to workspace_alignment; cudaMalloc's alignment suffices).
+  // Device bytes plan() carves (aligned to workspace_alignment; cudaMalloc's alignment suffices);
+  // 0 for a configuration plan() refuses. The sizes follow the problem's bounds and its device
+  // pointers' presence (set them before asking).
   [[nodiscard]] static std::size_t device_bytes(const decode_step_config& c) noexcept {
     decode_step s;
+    if (!s.configure(c).ok()) return 0;
     workspace_arena measure;
-    s.carve(c, measure);
+    s.carve(measure);
     return measure.bytes();
   }
 
   // Checks the configuration and lays out device_memory (at least device_bytes(c) bytes).
   [[nodiscard]] status plan(const decode_step_config& c, std::span<std::byte> device_memory) noexcept {
     planned_ = false;
-    if (c.top_k < 0 || c.sink_blocks < 0 || c.local_blocks < 0) {
-      return status::error(status_code::invalid_argument, "decode_step: top_k %d, sink_blocks %d, local_blocks %d < 0",
-                           c.top_k, c.sink_blocks, c.local_blocks);
-    }
-    router_.selector.sink = c.sink_blocks;
-    router_.selector.local = c.local_blocks;
-    router_.selector.dynamic.k = c.top_k;
-    SKIM_TRY(router_.can_implement(c.prob));
-    SKIM_TRY(decode_.can_implement(c.prob));
+    SKIM_TRY(configure(c));
     SKIM_TRY(check_workspace(device_memory, device_bytes(c)));
     workspace_arena arena(device_memory);
-    carve(c, arena);
+    carve(arena);
     planned_ = true;
     return status::success();
   }
@@ -141,12 +136,21 @@ class decode_step {
   [[nodiscard]] cuda::decode& executor() noexcept { return decode_; }
 
  private:
-  // The one layout of device memory, for measuring and for carving alike.
-  void carve(const decode_step_config& c, workspace_arena& arena) noexcept {
+  // The problem and the router's reserves from c, checked against the router and decode.
+  [[nodiscard]] status configure(const decode_step_config& c) noexcept {
+    if (c.top_k < 0 || c.sink_blocks < 0 || c.local_blocks < 0) {
+      return status::error(status_code::invalid_argument, "decode_step: top_k %d, sink_blocks %d, local_blocks %d < 0",
+                           c.top_k, c.sink_blocks, c.local_blocks);
+    }
     prob_ = c.prob;
     router_.selector.sink = c.sink_blocks;
     router_.selector.local = c.local_blocks;
     router_.selector.dynamic.k = c.top_k;
+    SKIM_TRY(router_.can_implement(prob_));
+    return decode_.can_implement(prob_);
+  }
+  // The one layout of device memory, for measuring and for carving alike.
+  void carve(workspace_arena& arena) noexcept {
     summaries_ = storage::carve(arena, prob_);
     const std::int32_t width = router_.width(prob_) > 0 ? router_.width(prob_) : 1;
     const std::int64_t rows = static_cast<std::int64_t>(prob_.batch) * prob_.index_heads();

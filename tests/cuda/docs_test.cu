@@ -164,9 +164,12 @@ TEST_CASE("docs small: docs/cuda.md's decode steps run (facade in a graph, parts
       REQUIRE(bytes >= step.device_bytes(config));
       return skim::status::success();
     };
-    const sc::device_problem sizing{.batch = 1, .heads_q = 32, .heads_kv = 8, .head_dim = 128, .block_q = 1,
-                                    .block_kv = 4, .max_seqlen_q = 1, .max_seqlen_kv = max_len};
+    const sc::device_problem sizing{.batch = B, .heads_q = 32, .heads_kv = 8, .head_dim = 128, .block_q = 1,
+                                    .block_kv = 4, .cu_seqlens_q = d_cu_q, .cu_seqlens_kv = d_cu_kv,
+                                    .max_seqlen_q = 1, .max_seqlen_kv = max_len, .error = d_error_word};
     const std::size_t bytes = sc::decode_step<bfloat16>::device_bytes({.prob = sizing, .top_k = 256});
+    REQUIRE(bytes > 0);
+    REQUIRE(sc::decode_step<bfloat16>::device_bytes({.prob = sizing, .top_k = -1}) == 0);  // refused: no size
     tc::buffer<std::byte> memory(bytes);
     const skim::status st = run(memory.data(), bytes);
     REQUIRE_MESSAGE(st.ok(), st.message());
