@@ -18,16 +18,14 @@
 #include "skim/index/block_csr.hpp"
 #include "skim/index/block_table.hpp"
 #include "skim/index/dense_block_mask.hpp"
+#include "support/seed.hpp"
 
 namespace skim_test {
 
 using namespace skim;
 
-// A fresh seed per test case, printed on failure so a run can be replayed.
-inline std::uint32_t fresh_seed() {
-  static std::random_device rd;
-  return rd();
-}
+// The test case's next seed (support/seed.hpp: replayed by SKIM_TEST_SEED), INFO'd by the caller.
+inline std::uint32_t fresh_seed() { return skim::test::next_seed(); }
 
 inline int uniform(std::mt19937& rng, int lo, int hi) {  // [lo, hi]
   return std::uniform_int_distribution<int>(lo, hi)(rng);
