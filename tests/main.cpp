@@ -1,5 +1,5 @@
-// The doctest main of skim_tests, and the counting global operator new/delete behind
-// support/allocation_counter.hpp (they forward to malloc/free).
+// The doctest main of skim_tests, the run's base seed (support/seed.hpp), and the counting global
+// operator new/delete behind support/allocation_counter.hpp (they forward to malloc/free).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -7,6 +7,9 @@
 #include <new>
 
 #include "support/allocation_counter.hpp"
+#include "support/seed.hpp"
+
+SKIM_TEST_SEED_LISTENER();
 
 // g++ 12 at -O1 and above flags free() in these replacements as "mismatched" with operator new;
 // they are a matched pair here (counted_alloc allocates with malloc/aligned_alloc).

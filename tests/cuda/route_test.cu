@@ -30,10 +30,7 @@ namespace sc = skim::cuda;
 
 constexpr float inf = std::numeric_limits<float>::infinity();
 
-std::uint32_t fresh_seed() {
-  static std::random_device rd;
-  return rd();
-}
+std::uint32_t fresh_seed() { return skim::test::next_seed(); }  // support/seed.hpp
 
 // Runs f(rng, iteration) `iterations` times, each rng from a fresh seed that a failure reports.
 template <class F>

@@ -12,6 +12,7 @@
 #include <skim/cuda.cuh>
 
 #include "support/random_case.hpp"
+#include "support/seed.hpp"
 
 namespace skim::test::cuda {
 

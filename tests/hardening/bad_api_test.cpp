@@ -1,5 +1,5 @@
 // Bad API use gets a status with an exact message, on every executor (extends
-// tests/exec/status_test.cpp, which covers block ids, head-count basics, LSE size, Q shape, output
+// tests/exec/cpu/status_test.cpp, which covers block ids, head-count basics, LSE size, Q shape, output
 // overlapping Q/V/K, and the scalar workspace): zero-sized and misaligned workspaces on simd,
 // misaligned Q/K/V/O, views whose heads disagree with the problem, negative strides, an O whose
 // rows overlap each other, paged strides that overlap rows, and too-small selector / conversion

@@ -17,14 +17,12 @@
 #include "skim/core/views.hpp"
 #include "skim/index/block_csr.hpp"
 #include "support/random_case.hpp"
+#include "support/seed.hpp"
 
 namespace skim::metrics_test {
 
-// A fresh seed per case, INFO'd by the caller so a failure can be replayed.
-inline std::uint32_t fresh_seed() {
-  static std::random_device rd;
-  return rd();
-}
+// The test case's next seed (support/seed.hpp: replayed by SKIM_TEST_SEED), INFO'd by the caller.
+inline std::uint32_t fresh_seed() { return test::next_seed(); }
 
 // An owned block_csr: each row keeps each visible block with probability `keep`.
 struct owned_csr {

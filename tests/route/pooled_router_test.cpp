@@ -22,6 +22,7 @@
 #include "skim/summarize/build.hpp"
 #include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"
+#include "support/seed.hpp"
 
 using namespace skim;
 using route::group_reduce;
@@ -34,10 +35,7 @@ constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 constexpr query_pool all_pools[] = {query_pool::last, query_pool::mean, query_pool::max};
 constexpr group_reduce all_reduces[] = {group_reduce::max, group_reduce::mean, group_reduce::sum};
 
-std::uint32_t fresh_seed() {
-  static std::random_device rd;
-  return rd();
-}
+std::uint32_t fresh_seed() { return skim::test::next_seed(); }  // support/seed.hpp
 std::int32_t uniform(std::mt19937& rng, std::int32_t lo, std::int32_t hi) {  // [lo, hi]
   return std::uniform_int_distribution<std::int32_t>(lo, hi)(rng);
 }

@@ -21,6 +21,7 @@
 #include "skim/core/problem.hpp"
 #include "skim/core/status.hpp"
 #include "skim/core/workspace.hpp"
+#include "support/seed.hpp"
 
 namespace select_test {
 
@@ -29,10 +30,8 @@ using namespace skim;
 inline constexpr float inf = std::numeric_limits<float>::infinity();
 inline constexpr float qnan = std::numeric_limits<float>::quiet_NaN();
 
-inline std::uint32_t fresh_seed() {
-  static std::random_device rd;
-  return rd();
-}
+// The test case's next seed (support/seed.hpp: replayed by SKIM_TEST_SEED).
+inline std::uint32_t fresh_seed() { return skim::test::next_seed(); }
 
 #define SKIM_SELECT_RANDOM_CASE(rng)                           \
   const std::uint32_t seed_ = ::select_test::fresh_seed();     \

@@ -12,16 +12,14 @@
 
 #include "skim/concepts/summarizer.hpp"
 #include "skim/core/dtypes.hpp"
+#include "support/seed.hpp"
 
 namespace summarize_test {
 
 using namespace skim;
 
-// A fresh seed per test case, printed on failure (INFO) so a run can be replayed.
-inline std::uint32_t fresh_seed() {
-  static std::random_device rd;
-  return rd();
-}
+// The test case's next seed (support/seed.hpp: replayed by SKIM_TEST_SEED), INFO'd by the caller.
+inline std::uint32_t fresh_seed() { return skim::test::next_seed(); }
 
 inline int uniform(std::mt19937& rng, int lo, int hi) {  // [lo, hi]
   return std::uniform_int_distribution<int>(lo, hi)(rng);

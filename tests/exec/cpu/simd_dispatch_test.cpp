@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/simd_dispatch_args.hpp"
+#include "exec/cpu/simd_dispatch_args.hpp"
 #include "skim/exec/cpu/reference.hpp"
 #include "support/compare.hpp"
 #include "support/random_case.hpp"

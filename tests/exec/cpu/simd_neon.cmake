@@ -1,4 +1,4 @@
-# Cross-compiles tests/main.cpp + tests/exec/simd_test.cpp for aarch64 (exec::simd<xsimd::neon64>)
+# Cross-compiles tests/main.cpp + tests/exec/cpu/simd_test.cpp for aarch64 (exec::simd<xsimd::neon64>)
 # with a static link, and runs the binary under qemu-aarch64. Called by CTest (tests/CMakeLists.txt):
 #   cmake -DCXX=aarch64-linux-gnu-g++ -DQEMU=qemu-aarch64 -DSOURCE_DIR=<skim> -DWORK_DIR=<dir>
 #         -DXSIMD_INCLUDE=<dir holding xsimd/> -DDOCTEST_INCLUDE=<dir holding doctest/> -P simd_neon.cmake
@@ -20,7 +20,7 @@ set(binary ${WORK_DIR}/skim_simd_neon_tests)
 execute_process(
   COMMAND ${CXX} -std=c++20 -O2 -static -pthread -DSKIM_SIMD_TEST_SCALE=0.1
           -I${SOURCE_DIR}/include -I${SOURCE_DIR}/tests -isystem ${deps}
-          ${SOURCE_DIR}/tests/main.cpp ${SOURCE_DIR}/tests/exec/simd_test.cpp -o ${binary}
+          ${SOURCE_DIR}/tests/main.cpp ${SOURCE_DIR}/tests/exec/cpu/simd_test.cpp -o ${binary}
   RESULT_VARIABLE built)
 if(NOT built EQUAL 0)
   message(FATAL_ERROR "aarch64 build of simd_test failed (${built})")
