@@ -15,6 +15,7 @@
 #include "skim/index/causal_all.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/random_case.hpp"
+#include "support/seed.hpp"
 
 namespace {
 
@@ -95,11 +96,12 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
 }  // namespace
 
 TEST_CASE("decode_step: every step selects and attends as the pipeline built from scratch") {
-  std::mt19937 rng(20261202);
   for (int trial = 0; trial < 12; ++trial) {
+    const std::uint32_t seed = test::next_seed();
+    std::mt19937 rng(seed);
     fixture f(rng, test::uniform(rng, 0, 6));
     const decode_step_config& c = f.c;
-    INFO("trial ", trial, ": heads ", c.heads_q, "/", c.heads_kv, ", d ", c.head_dim, ", bk ", c.block_kv,
+    INFO("trial ", trial, " (seed ", seed, "): heads ", c.heads_q, "/", c.heads_kv, ", d ", c.head_dim, ", bk ", c.block_kv,
          ", max ", c.max_seqlen_kv, ", top_k ", c.top_k, ", sink ", c.sink_blocks, ", local ", c.local_blocks);
     step_t step;
     REQUIRE(step.plan(c).ok());
