@@ -205,6 +205,61 @@ inline owned_mask make_mask(const std::vector<std::vector<std::int32_t>>& rows, 
 
 inline std::string_view msg(const status& s) { return s.message(); }
 
+// Visible blocks of every index row, from first principles rather than row_info: rows in the
+// problem's order ((q_block_offset(b) + i) * index_heads + h), and a key block visible to a row when
+// some query of the row's block may see some key of it (every key under mask_kind::none; under
+// causality query q of n_q sees key j of n_kv when j <= q + n_kv - n_q).
+inline std::vector<std::int32_t> brute_visible_blocks(const problem_case& c) {
+  const std::int32_t index_heads = c.scope == index_scope::kv_head ? c.heads_kv : c.heads_q;
+  std::vector<std::int32_t> rows;
+  for (std::size_t b = 1; b < c.cq.size(); ++b) {
+    const std::int32_t n_q = c.cq[b] - c.cq[b - 1], n_kv = c.ck[b] - c.ck[b - 1];
+    for (std::int32_t first = 0; first < n_q; first += c.block_q) {
+      std::int32_t visible = 0;
+      for (std::int32_t q = first; q < std::min(n_q, first + c.block_q); ++q) {
+        for (std::int32_t j = 0; j < n_kv; ++j) {
+          if (c.mask == mask_kind::none || j <= q + n_kv - n_q) visible = std::max(visible, j / c.block_kv + 1);
+        }
+      }
+      rows.insert(rows.end(), static_cast<std::size_t>(index_heads), visible);
+    }
+  }
+  return rows;
+}
+
+// Checks an implicit rule on a random problem: every row's ids (in cursor order) equal
+// want(visible blocks of the row, brute force), validate() is ok, and skip(n) on a fresh cursor
+// lands where n next() calls do.
+template <block_index I, class Want>
+void check_rule(const problem_case& pc, const I& idx, Want&& want, std::mt19937& rng) {
+  const problem p = pc.get();
+  REQUIRE(validate(p).ok());
+  const std::vector<std::int32_t> visible = brute_visible_blocks(pc);
+  REQUIRE(visible.size() == static_cast<std::size_t>(p.index_rows()));
+  std::vector<std::vector<std::int32_t>> expected;
+  for (const std::int32_t v : visible) expected.push_back(want(v));
+  CHECK(read_rows(p, idx) == expected);
+  const status s = idx.validate(p);
+  CHECK_MESSAGE(s.ok(), s.message());
+  REQUIRE(for_each_row(p, [&](const row_info& r) {
+            const auto& ids = expected[static_cast<std::size_t>(r.row)];
+            const std::int32_t n = uniform(rng, 0, static_cast<int>(ids.size()) + 2);
+            auto c = idx.cursor(r);
+            c.skip(n);
+            std::vector<std::int32_t> rest;
+            for (; !c.done(); c.next()) rest.push_back(static_cast<std::int32_t>(c.id()));
+            const std::size_t from = std::min(ids.size(), static_cast<std::size_t>(n));
+            CHECK(rest == std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end()));
+          }).ok());
+}
+
+// The ids [first, last) as a row.
+inline std::vector<std::int32_t> id_range(std::int32_t first, std::int32_t last) {
+  std::vector<std::int32_t> ids;
+  for (std::int32_t id = first; id < last; ++id) ids.push_back(id);
+  return ids;
+}
+
 }  // namespace skim_test
 
 // Seeds the case's generator afresh and prints the seed (and the problem) on failure.
