@@ -81,7 +81,9 @@ TEST_CASE("parallel_for: each item exactly once, on a valid slot, for any item a
     // One thread per slot, a different one for each slot, and slot 0 is the caller.
     std::vector<std::set<std::thread::id>> by_slot(max_parallel_threads);
     for (std::size_t i = 0; i < t.slot.size(); ++i) {
-      if (t.slot[i] >= 0 && t.slot[i] < max_parallel_threads) by_slot[static_cast<std::size_t>(t.slot[i])].insert(t.thread[i]);
+      if (t.slot[i] >= 0 && t.slot[i] < max_parallel_threads) {
+        by_slot[static_cast<std::size_t>(t.slot[i])].insert(t.thread[i]);
+      }
     }
     std::set<std::thread::id> all;
     std::size_t used_slots = 0;
@@ -94,7 +96,8 @@ TEST_CASE("parallel_for: each item exactly once, on a valid slot, for any item a
     }
     CHECK(all.size() == used_slots);
     if (!by_slot[0].empty()) CHECK(*by_slot[0].begin() == std::this_thread::get_id());
-    CHECK(used_slots <= static_cast<std::size_t>(std::max<std::int64_t>(1, std::min<std::int64_t>({threads, n, max_parallel_threads}))));
+    const std::int64_t workers = std::min<std::int64_t>({threads, n, max_parallel_threads});
+    CHECK(used_slots <= static_cast<std::size_t>(std::max<std::int64_t>(1, workers)));
   }
 }
 

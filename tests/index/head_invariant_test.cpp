@@ -19,7 +19,9 @@ using namespace skim_test;
 namespace {
 
 struct own_index {  // an engine's index that ignores the head, declared so below
-  [[nodiscard]] index::range_cursor cursor(const row_info& r) const noexcept { return {0, r.visible_blocks > 0 ? 1 : 0}; }
+  [[nodiscard]] index::range_cursor cursor(const row_info& r) const noexcept {
+    return {0, r.visible_blocks > 0 ? 1 : 0};
+  }
   [[nodiscard]] status validate(const problem&) const noexcept { return status::success(); }
 };
 struct other_index : own_index {};  // not declared: false, whatever its cursor does

@@ -144,7 +144,8 @@ TEST_CASE("select::detail::merge_into merges two disjoint ascending lists in pla
     a.resize(na + b.size() + spare, -7);
     sd::merge_into(a, na, b);
     CHECK(std::vector<std::int32_t>(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(want.size())) == want);
-    CHECK(std::all_of(a.begin() + static_cast<std::ptrdiff_t>(want.size()), a.end(), [](std::int32_t x) { return x == -7; }));
+    const auto untouched = [](std::int32_t x) { return x == -7; };
+    CHECK(std::all_of(a.begin() + static_cast<std::ptrdiff_t>(want.size()), a.end(), untouched));
   }
 }
 
@@ -153,10 +154,12 @@ TEST_CASE("select::detail::check_row_input accepts valid rows and names each bad
   for (int trial = 0; trial < 200; ++trial) {  // valid: extra scores/prior, any exclude set
     const std::int32_t v = uniform(rng, 0, 40);
     const std::vector<float> scores = random_scores(rng, static_cast<std::size_t>(v + uniform(rng, 0, 3)));
-    const std::vector<float> prior = uniform(rng, 0, 1) ? random_scores(rng, static_cast<std::size_t>(v)) : std::vector<float>{};
+    const std::vector<float> prior =
+        uniform(rng, 0, 1) ? random_scores(rng, static_cast<std::size_t>(v)) : std::vector<float>{};
     const std::vector<std::int32_t> exclude = random_subset(rng, v, 0.3);
     const status st = sd::check_row_input(
-        {.row = make_row(v, trial), .scores = scores, .prior = prior, .exclude = exclude, .budget_used = uniform(rng, 0, 9)});
+        {.row = make_row(v, trial), .scores = scores, .prior = prior, .exclude = exclude,
+         .budget_used = uniform(rng, 0, 9)});
     CHECK_MESSAGE(st.ok(), st.message());
   }
   const std::vector<float> three{1.0f, 2.0f, 3.0f}, two{1.0f, 2.0f};

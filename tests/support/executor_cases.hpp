@@ -1,7 +1,7 @@
 #pragma once
-// Cases every executor test draws from (scalar, simd, stored formats): the element-type sets of
-// the typed tests, the shape walks (every head_dim, every pair of block sizes, GQA × index scope ×
-// storage), a random implicit index, and a random selection stored as a CSR.
+// Cases the executor tests draw from (tests/exec/cpu/): the element-type sets of the typed tests,
+// the shape walks (every head_dim, every pair of block sizes, GQA × index scope × storage), a random
+// implicit index, and a random selection stored as a CSR.
 
 #include <doctest/doctest.h>
 

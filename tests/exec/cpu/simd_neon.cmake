@@ -1,5 +1,6 @@
-# Cross-compiles tests/main.cpp + tests/exec/cpu/simd_test.cpp for aarch64 (exec::simd<xsimd::neon64>)
-# with a static link, and runs the binary under qemu-aarch64. Called by CTest (tests/CMakeLists.txt):
+# Cross-compiles the CPU executor suite (tests/main.cpp, tests/exec/cpu/conformance_test.cpp and
+# simd_test.cpp, SKIM_TEST_ARCH_BUILD: for exec::simd<xsimd::neon64> alone) for aarch64 with a
+# static link, and runs the binary under qemu-aarch64. Called by CTest (tests/CMakeLists.txt):
 #   cmake -DCXX=aarch64-linux-gnu-g++ -DQEMU=qemu-aarch64 -DSOURCE_DIR=<skim> -DWORK_DIR=<dir>
 #         -DXSIMD_INCLUDE=<dir holding xsimd/> -DDOCTEST_INCLUDE=<dir holding doctest/> -P simd_neon.cmake
 # Only a tenth of the x86 case count runs (SKIM_SIMD_TEST_SCALE): qemu is ~20x slower than native.
@@ -19,13 +20,14 @@ file(CREATE_LINK ${DOCTEST_INCLUDE}/doctest ${deps}/doctest SYMBOLIC)
 set(binary ${WORK_DIR}/skim_simd_neon_tests)
 execute_process(
   COMMAND ${CXX} -std=c++20 -O2 -static -pthread -DSKIM_SIMD_TEST_SCALE=0.1
-          -I${SOURCE_DIR}/include -I${SOURCE_DIR}/tests -isystem ${deps}
-          ${SOURCE_DIR}/tests/main.cpp ${SOURCE_DIR}/tests/exec/cpu/simd_test.cpp -o ${binary}
+          -DSKIM_TEST_ARCH_BUILD -I${SOURCE_DIR}/include -I${SOURCE_DIR}/tests -isystem ${deps}
+          ${SOURCE_DIR}/tests/main.cpp ${SOURCE_DIR}/tests/exec/cpu/conformance_test.cpp
+          ${SOURCE_DIR}/tests/exec/cpu/simd_test.cpp -o ${binary}
   RESULT_VARIABLE built)
 if(NOT built EQUAL 0)
-  message(FATAL_ERROR "aarch64 build of simd_test failed (${built})")
+  message(FATAL_ERROR "aarch64 build of the simd suite failed (${built})")
 endif()
 execute_process(COMMAND ${QEMU} ${binary} RESULT_VARIABLE ran)
 if(NOT ran EQUAL 0)
-  message(FATAL_ERROR "simd_test under qemu-aarch64 failed (${ran})")
+  message(FATAL_ERROR "the simd suite under qemu-aarch64 failed (${ran})")
 endif()
