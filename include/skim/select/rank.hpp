@@ -17,6 +17,7 @@
 #include "skim/concepts/selector.hpp"
 #include "skim/core/problem.hpp"
 #include "skim/core/status.hpp"
+#include "skim/core/workspace.hpp"
 
 namespace skim::select::detail {
 
@@ -95,6 +96,40 @@ inline void keep_best(std::span<const float> keys, std::span<std::int32_t> ids, 
 [[nodiscard]] inline status out_too_small(const row_info& r, std::int32_t needed, std::size_t room) noexcept {
   return status::error(status_code::shape_mismatch, "row %lld selects %d blocks, out has room for %zu",
                        static_cast<long long>(r.row), needed, room);
+}
+
+// The workspace of a selector that ranks one candidate list: one int32 per visible block.
+[[nodiscard]] inline std::span<std::int32_t> carve_candidates(workspace_arena& arena, std::int32_t blocks) noexcept {
+  return arena.take<std::int32_t>(static_cast<std::size_t>(std::max(blocks, std::int32_t{0})));
+}
+[[nodiscard]] inline std::size_t candidate_list_bytes(std::int32_t max_blocks) noexcept {
+  workspace_arena measure;
+  (void)carve_candidates(measure, max_blocks);
+  return measure.bytes();
+}
+
+// select_row of a selector that keeps the k best of its row's candidates (top_k, threshold): checks
+// sel's parameters, the row's input and the workspace (candidate_list_bytes), lists the candidates
+// (visible, not excluded, ascending), takes k = keep(candidates) clamped to [0, candidates], and
+// writes the k best to out[0, k), ascending, with count = k. When out is shorter: out_too_small,
+// with count = k (the room needed). keep may reorder the candidates.
+template <class Selector, class Keep>
+[[nodiscard]] status select_best(const Selector& sel, const row_scores& in, std::span<std::int32_t> out,
+                                 std::int32_t& count, std::span<std::byte> workspace, Keep keep) noexcept {
+  count = 0;
+  SKIM_TRY(sel.validate());
+  SKIM_TRY(check_row_input(in));
+  const std::int32_t v = in.row.visible_blocks;
+  SKIM_TRY(check_workspace(workspace, candidate_list_bytes(v)));
+  workspace_arena arena(workspace);
+  const std::span<std::int32_t> all = carve_candidates(arena, v);
+  const std::span<std::int32_t> candidates = all.first(static_cast<std::size_t>(gather_candidates(v, in.exclude, all)));
+  const std::int32_t k = std::clamp(keep(candidates), std::int32_t{0}, static_cast<std::int32_t>(candidates.size()));
+  count = k;
+  if (static_cast<std::size_t>(k) > out.size()) return out_too_small(in.row, k, out.size());
+  keep_best(in.scores, candidates, static_cast<std::size_t>(k));
+  std::copy_n(candidates.begin(), k, out.begin());
+  return status::success();
 }
 
 // Merges the disjoint ascending ids a[0, na) and b into a[0, na + b.size()), from the back.

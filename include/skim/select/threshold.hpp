@@ -32,7 +32,6 @@
 
 #include "skim/concepts/selector.hpp"
 #include "skim/core/status.hpp"
-#include "skim/core/workspace.hpp"
 #include "skim/select/rank.hpp"
 
 namespace skim::select {
@@ -75,43 +74,21 @@ struct threshold {
   }
 
   [[nodiscard]] std::size_t workspace_bytes(std::int32_t max_blocks) const noexcept {
-    workspace_arena measure;
-    (void)carve(measure, max_blocks);
-    return measure.bytes();
+    return detail::candidate_list_bytes(max_blocks);
   }
 
   [[nodiscard]] status select_row(const row_scores& in, std::span<std::int32_t> out, std::int32_t& count,
                                   std::span<std::byte> workspace) const noexcept {
-    count = 0;
-    SKIM_TRY(validate());
-    SKIM_TRY(detail::check_row_input(in));
-    const std::int32_t v = in.row.visible_blocks;
-    SKIM_TRY(check_workspace(workspace, workspace_bytes(v)));
-    workspace_arena arena(workspace);
-    const std::span<std::int32_t> all = carve(arena, v);  // [visible_blocks]
-    const std::span<std::int32_t> candidates = all.first(
-        static_cast<std::size_t>(detail::gather_candidates(v, in.exclude, all)));
-
-    const std::int32_t passing = mode == threshold_mode::mass ? count_mass(in, candidates)  // sorts candidates
-                                                              : count_passing(in, candidates);
-    const std::int32_t lo = std::max(k_min - in.budget_used, std::int32_t{0});
-    const std::int32_t hi = std::max(k_max - in.budget_used, std::int32_t{0});
-    const std::int32_t k = std::min({hi, std::max(lo, passing), static_cast<std::int32_t>(candidates.size())});
-    if (static_cast<std::size_t>(k) > out.size()) {
-      count = k;
-      return detail::out_too_small(in.row, k, out.size());
-    }
-    detail::keep_best(in.scores, candidates, static_cast<std::size_t>(k));
-    std::copy_n(candidates.begin(), k, out.begin());
-    count = k;
-    return status::success();
+    return detail::select_best(*this, in, out, count, workspace, [&](std::span<std::int32_t> candidates) noexcept {
+      const std::int32_t passing = mode == threshold_mode::mass ? count_mass(in, candidates)  // sorts candidates
+                                                                : count_passing(in, candidates);
+      const std::int32_t lo = std::max(k_min - in.budget_used, std::int32_t{0});
+      const std::int32_t hi = std::max(k_max - in.budget_used, std::int32_t{0});
+      return std::min(hi, std::max(lo, passing));
+    });
   }
 
  private:
-  [[nodiscard]] static std::span<std::int32_t> carve(workspace_arena& arena, std::int32_t blocks) noexcept {
-    return arena.take<std::int32_t>(static_cast<std::size_t>(std::max(blocks, std::int32_t{0})));
-  }
-
   // The best key over every visible block (excluded ones too).
   [[nodiscard]] static float row_max(const row_scores& in) noexcept {
     float m = detail::neg_inf;

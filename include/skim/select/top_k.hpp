@@ -15,7 +15,6 @@
 
 #include "skim/concepts/selector.hpp"
 #include "skim/core/status.hpp"
-#include "skim/core/workspace.hpp"
 #include "skim/select/rank.hpp"
 
 namespace skim::select {
@@ -33,37 +32,14 @@ struct top_k {
   }
 
   [[nodiscard]] std::size_t workspace_bytes(std::int32_t max_blocks) const noexcept {
-    workspace_arena measure;
-    (void)carve(measure, max_blocks);
-    return measure.bytes();
+    return detail::candidate_list_bytes(max_blocks);
   }
 
   [[nodiscard]] status select_row(const row_scores& in, std::span<std::int32_t> out, std::int32_t& count,
                                   std::span<std::byte> workspace) const noexcept {
-    count = 0;
-    SKIM_TRY(validate());
-    SKIM_TRY(detail::check_row_input(in));
-    const std::int32_t v = in.row.visible_blocks;
-    SKIM_TRY(check_workspace(workspace, workspace_bytes(v)));
-    workspace_arena arena(workspace);
-    const std::span<std::int32_t> candidates = carve(arena, v);  // [visible_blocks]
-    const std::int32_t n = detail::gather_candidates(v, in.exclude, candidates);
-    const std::int32_t budget = std::max(k - in.budget_used, std::int32_t{0});
-    const std::int32_t take = std::min(budget, n);
-    if (static_cast<std::size_t>(take) > out.size()) {
-      count = take;
-      return detail::out_too_small(in.row, take, out.size());
-    }
-    detail::keep_best(in.scores, candidates.first(static_cast<std::size_t>(n)), static_cast<std::size_t>(take));
-    std::copy_n(candidates.begin(), take, out.begin());
-    count = take;
-    return status::success();
-  }
-
- private:
-  // The one sequence of takes both workspace_bytes and select_row use (workspace.hpp).
-  [[nodiscard]] static std::span<std::int32_t> carve(workspace_arena& arena, std::int32_t blocks) noexcept {
-    return arena.take<std::int32_t>(static_cast<std::size_t>(std::max(blocks, std::int32_t{0})));
+    // The budget an enclosing selector left.
+    return detail::select_best(*this, in, out, count, workspace,
+                               [&](std::span<std::int32_t>) noexcept { return k - in.budget_used; });
   }
 };
 static_assert(selector<top_k>);
