@@ -73,45 +73,38 @@ struct tiles {
   }
 };
 
-// s[0, n) = q · kt[:, 0, n), with kt a [dim, key_stride] transposed K tile. Four dimensions per pass
-// over s: a quarter of the loads and stores of s, and the loop over keys stays reduction-free.
-SKIM_FORCEINLINE void score_row(const float* SKIM_RESTRICT q, const float* SKIM_RESTRICT kt, std::size_t key_stride,
-                                std::int32_t dim, std::int32_t n, float* SKIM_RESTRICT s) noexcept {
-  for (std::int32_t j = 0; j < n; ++j) s[j] = 0.0f;
-  std::int32_t e = 0;
-  for (; e + 4 <= dim; e += 4) {
-    const float q0 = q[e], q1 = q[e + 1], q2 = q[e + 2], q3 = q[e + 3];
-    const float* SKIM_RESTRICT k0 = kt + static_cast<std::size_t>(e) * key_stride;
-    const float* SKIM_RESTRICT k1 = k0 + key_stride;
-    const float* SKIM_RESTRICT k2 = k1 + key_stride;
-    const float* SKIM_RESTRICT k3 = k2 + key_stride;
-    for (std::int32_t j = 0; j < n; ++j) s[j] += (q0 * k0[j] + q1 * k1[j]) + (q2 * k2[j] + q3 * k3[j]);
+// y[0, len) += Σ_{r < rows} c[r] · m[r·stride, r·stride + len). Four rows per pass over y: a quarter
+// of y's loads and stores, and the loop over y stays reduction-free.
+SKIM_FORCEINLINE void add_weighted_rows(const float* SKIM_RESTRICT c, const float* SKIM_RESTRICT m, std::size_t stride,
+                                        std::int32_t rows, std::int32_t len, float* SKIM_RESTRICT y) noexcept {
+  std::int32_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float c0 = c[r], c1 = c[r + 1], c2 = c[r + 2], c3 = c[r + 3];
+    const float* SKIM_RESTRICT m0 = m + static_cast<std::size_t>(r) * stride;
+    const float* SKIM_RESTRICT m1 = m0 + stride;
+    const float* SKIM_RESTRICT m2 = m1 + stride;
+    const float* SKIM_RESTRICT m3 = m2 + stride;
+    for (std::int32_t i = 0; i < len; ++i) y[i] += (c0 * m0[i] + c1 * m1[i]) + (c2 * m2[i] + c3 * m3[i]);
   }
-  for (; e < dim; ++e) {
-    const float qe = q[e];
-    const float* SKIM_RESTRICT k = kt + static_cast<std::size_t>(e) * key_stride;
-    for (std::int32_t j = 0; j < n; ++j) s[j] += qe * k[j];
+  for (; r < rows; ++r) {
+    const float cr = c[r];
+    const float* SKIM_RESTRICT mr = m + static_cast<std::size_t>(r) * stride;
+    for (std::int32_t i = 0; i < len; ++i) y[i] += cr * mr[i];
   }
 }
 
-// u = alpha·u + Σ_{j<n} p[j]·v[j], with v a [n, dim_stride] tile. Four keys per pass over u.
+// s[0, n) = q · kt[:, 0, n), with kt a [dim, key_stride] transposed K tile.
+SKIM_FORCEINLINE void score_row(const float* SKIM_RESTRICT q, const float* SKIM_RESTRICT kt, std::size_t key_stride,
+                                std::int32_t dim, std::int32_t n, float* SKIM_RESTRICT s) noexcept {
+  for (std::int32_t j = 0; j < n; ++j) s[j] = 0.0f;
+  add_weighted_rows(q, kt, key_stride, dim, n, s);
+}
+
+// u = alpha·u + Σ_{j<n} p[j]·v[j], with v a [n, dim_stride] tile.
 SKIM_FORCEINLINE void accumulate_row(const float* SKIM_RESTRICT p, const float* SKIM_RESTRICT v, std::size_t dim_stride,
                                      std::int32_t dim, std::int32_t n, float alpha, float* SKIM_RESTRICT u) noexcept {
   for (std::int32_t e = 0; e < dim; ++e) u[e] *= alpha;
-  std::int32_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const float p0 = p[j], p1 = p[j + 1], p2 = p[j + 2], p3 = p[j + 3];
-    const float* SKIM_RESTRICT v0 = v + static_cast<std::size_t>(j) * dim_stride;
-    const float* SKIM_RESTRICT v1 = v0 + dim_stride;
-    const float* SKIM_RESTRICT v2 = v1 + dim_stride;
-    const float* SKIM_RESTRICT v3 = v2 + dim_stride;
-    for (std::int32_t e = 0; e < dim; ++e) u[e] += (p0 * v0[e] + p1 * v1[e]) + (p2 * v2[e] + p3 * v3[e]);
-  }
-  for (; j < n; ++j) {
-    const float pj = p[j];
-    const float* SKIM_RESTRICT vj = v + static_cast<std::size_t>(j) * dim_stride;
-    for (std::int32_t e = 0; e < dim; ++e) u[e] += pj * vj[e];
-  }
+  add_weighted_rows(p, v, dim_stride, n, dim, u);
 }
 
 // Folds the row's scores s[0, n) into its online-softmax state and u; s becomes probabilities.
