@@ -47,7 +47,7 @@ struct kernels {
   using batch = fbatch<Arch>;
   static constexpr std::int32_t w = width<Arch>;
   static constexpr std::int32_t mr = 4;
-  static constexpr std::int32_t nv = derives<Arch, xsimd::avx512f> || derives<Arch, xsimd::neon64> ? 4 : 2;
+  static constexpr std::int32_t nv = accumulators_per_row<Arch>;
   static constexpr std::int32_t decode_keys = w / mr;  // keys per dot-product block
   static_assert(w % mr == 0, "a decode block of mr rows must fill whole registers");
   static constexpr std::size_t floats_per_line = workspace_alignment / sizeof(float);
