@@ -263,21 +263,13 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
         constexpr std::uint64_t kstep = ((kk / 4) * BK * 128 + (kk % 4) * 32) / 16;
         const std::uint64_t a = q_desc + step;
         const std::uint64_t bd = k_desc + static_cast<std::uint64_t>(s) * stage_step + kstep;
-        if constexpr (BK == 128) {
-          wg::mma_ss_n128<T>(sc, a, bd, kk == 0 ? 0u : 1u);
-        } else {
-          wg::mma_ss_n64<T>(sc, a, bd, kk == 0 ? 0u : 1u);
-        }
+        wg::mma_ss<T>(sc, a, bd, kk == 0 ? 0u : 1u);  // n = BK
       });
     };
     const auto gemm_pv = [&](int s) {
       static_for<BK / 16>([&](auto kk) {
         const std::uint64_t bd = v_desc + static_cast<std::uint64_t>(s) * stage_step + kk * (16 * 128 / 16);
-        if constexpr (D == 128) {
-          wg::mma_rs_n128<T>(o, pf[kk], bd, 1u);
-        } else {
-          wg::mma_rs_n64<T>(o, pf[kk], bd, 1u);
-        }
+        wg::mma_rs<T>(o, pf[kk], bd, 1u);  // n = D
       });
     };
     const auto pin_o = [&] {

@@ -3,9 +3,9 @@
 // barriers (mbarrier) that pipeline it: what prefill_sm90.cuh needs, nothing more.
 //
 // wgmma.mma_async m64nNk16 (N = 64 or 128), fp32 accumulators, bf16 or fp16 inputs:
-//   mma_ss_n*: A and B from shared memory, both K-major (no transpose);
-//   mma_rs_n*: A from registers (the mma.sync m16n8k16 A layout per warp, warp w of the warpgroup
-//              holding rows 16w..16w+15), B from shared memory MN-major (transposed).
+//   mma_ss: A and B from shared memory, both K-major (no transpose);
+//   mma_rs: A from registers (the mma.sync m16n8k16 A layout per warp, warp w of the warpgroup
+//           holding rows 16w..16w+15), B from shared memory MN-major (transposed).
 // Accumulator layout (PTX ISA, "wgmma .m64nNk16 register fragment D"): warp w of the warpgroup
 // owns rows 16w + [0, 16); in it, registers 4j..4j+3 of lane l hold columns 8j + 2(l % 4) + {0, 1}
 // of rows l / 4 (registers 4j, 4j + 1) and l / 4 + 8 (4j + 2, 4j + 3), as mma.sync's C tiles do.
@@ -36,6 +36,13 @@
 #define SKIM_WGMMA_AVAILABLE 0
 #endif
 
+// An sm_90a instruction; nothing where it does not exist (the kernels that use it never run there).
+#if SKIM_WGMMA_AVAILABLE
+#define SKIM_SM90_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define SKIM_SM90_ASM(...) ((void)0)
+#endif
+
 namespace skim::cuda::wgmma {
 
 // Descriptor of a 128-byte-swizzled operand starting at shared address `addr` (16-byte units are
@@ -48,22 +55,12 @@ namespace skim::cuda::wgmma {
 }
 
 // Orders this thread's earlier register writes (accumulators, A fragments) before the next wgmma.
-__device__ __forceinline__ void fence() noexcept {
-#if SKIM_WGMMA_AVAILABLE
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void commit() noexcept {
-#if SKIM_WGMMA_AVAILABLE
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void fence() noexcept { SKIM_SM90_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() noexcept { SKIM_SM90_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 // Waits until at most N committed groups of this warpgroup are pending.
 template <int N>
 __device__ __forceinline__ void wait() noexcept {
-#if SKIM_WGMMA_AVAILABLE
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
+  SKIM_SM90_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
 // Keeps the compiler from moving accesses of an accumulator register across a wgmma boundary.
@@ -73,23 +70,17 @@ __device__ __forceinline__ void pin(std::uint32_t& x) noexcept { asm volatile(""
 // Shared memory written through the generic proxy (st.shared, cp.async) becomes visible to the
 // async proxy (wgmma operand reads) after this fence in the writing thread.
 __device__ __forceinline__ void fence_proxy_async() noexcept {
-#if SKIM_WGMMA_AVAILABLE
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
+  SKIM_SM90_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // Register budget of this warpgroup (sm_90a; needs a register cap at kernel entry).
 template <int Regs>
 __device__ __forceinline__ void setmaxnreg_inc() noexcept {
-#if SKIM_WGMMA_AVAILABLE
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
-#endif
+  SKIM_SM90_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
 }
 template <int Regs>
 __device__ __forceinline__ void setmaxnreg_dec() noexcept {
-#if SKIM_WGMMA_AVAILABLE
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
-#endif
+  SKIM_SM90_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -115,24 +106,20 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parit
 
 // Arrive and raise the phase's expected transaction bytes (the bulk copies that complete on it).
 __device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) noexcept {
-#if SKIM_WGMMA_AVAILABLE
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(bar),
-               "r"(bytes)
-               : "memory");
-#endif
+  SKIM_SM90_ASM("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(bar),
+                "r"(bytes)
+                : "memory");
 }
 
 // Tensor copy (TMA, sm_90) of the box at coordinates (c0, c1, c2) of the 3-d tensor map `map` (a
 // __grid_constant__ kernel parameter) into shared memory at `dst`, completing on mbarrier `bar`.
 __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, std::int32_t c0, std::int32_t c1,
                                             std::int32_t c2, std::uint32_t bar) noexcept {
-#if SKIM_WGMMA_AVAILABLE
-  asm volatile(
+  SKIM_SM90_ASM(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
       "[%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
-#endif
 }
 
 // 16 bytes global → shared, asynchronously; src_bytes 0 reads nothing and writes zeros.
@@ -164,72 +151,62 @@ __device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst, const void*
   "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                                          \
   "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " {" D "}, " AB ", p, " FLAGS ";\n}\n"
 
+// The instruction for T's input type, accumulating into the N (32 or 64) floats of d; the inputs
+// follow the flags as asm operands.
+#define SKIM_WGMMA_FOR(T, d, N, SHAPE, AB, SCALE, FLAGS, ...)                                                    \
+  if constexpr (std::is_same_v<T, skim::bfloat16>) {                                                            \
+    asm volatile(SKIM_WGMMA(SHAPE, "bf16", SKIM_WGMMA_D##N##_REGS, AB, SCALE, FLAGS) : SKIM_WGMMA_D##N##_ARGS(d) \
+                 : __VA_ARGS__);                                                                                \
+  } else {                                                                                                      \
+    asm volatile(SKIM_WGMMA(SHAPE, "f16", SKIM_WGMMA_D##N##_REGS, AB, SCALE, FLAGS) : SKIM_WGMMA_D##N##_ARGS(d)  \
+                 : __VA_ARGS__);                                                                                \
+  }
+
+// Where wgmma does not exist (sm_80, the host pass) the wrappers trap; they are never launched there.
+template <class... Operands>
+__device__ __forceinline__ void wgmma_unavailable(const Operands&...) noexcept {
+  __trap();
+}
+
+// R = 32 accumulators per thread is m64n64k16, R = 64 is m64n128k16.
+template <int R>
+inline constexpr bool wgmma_accumulators = R == 32 || R == 64;
+
 // A and B from shared memory (descriptors), both K-major: flags scale-a 1, scale-b 1, no transposes.
-template <class T>
-__device__ __forceinline__ void mma_ss_n64(float (&d)[32], std::uint64_t a, std::uint64_t b, std::uint32_t scale_d) noexcept {
+template <class T, int R>
+__device__ __forceinline__ void mma_ss(float (&d)[R], std::uint64_t a, std::uint64_t b, std::uint32_t scale_d) noexcept {
+  static_assert(wgmma_accumulators<R>);
 #if SKIM_WGMMA_AVAILABLE
-  if constexpr (std::is_same_v<T, skim::bfloat16>) {
-    asm volatile(SKIM_WGMMA("m64n64k16", "bf16", SKIM_WGMMA_D32_REGS, "%32, %33", "%34", "1, 1, 0, 0")
-                 : SKIM_WGMMA_D32_ARGS(d) : "l"(a), "l"(b), "r"(scale_d));
+  if constexpr (R == 32) {
+    SKIM_WGMMA_FOR(T, d, 32, "m64n64k16", "%32, %33", "%34", "1, 1, 0, 0", "l"(a), "l"(b), "r"(scale_d))
   } else {
-    asm volatile(SKIM_WGMMA("m64n64k16", "f16", SKIM_WGMMA_D32_REGS, "%32, %33", "%34", "1, 1, 0, 0")
-                 : SKIM_WGMMA_D32_ARGS(d) : "l"(a), "l"(b), "r"(scale_d));
+    SKIM_WGMMA_FOR(T, d, 64, "m64n128k16", "%64, %65", "%66", "1, 1, 0, 0", "l"(a), "l"(b), "r"(scale_d))
   }
 #else
-  (void)d; (void)a; (void)b; (void)scale_d;
-  __trap();
+  wgmma_unavailable(d, a, b, scale_d);
 #endif
 }
 
-template <class T>
-__device__ __forceinline__ void mma_ss_n128(float (&d)[64], std::uint64_t a, std::uint64_t b, std::uint32_t scale_d) noexcept {
+// A from registers (4 words of the thread's fragment), B from shared memory MN-major: flags
+// scale-a 1, scale-b 1, B transposed.
+template <class T, int R>
+__device__ __forceinline__ void mma_rs(float (&d)[R], const std::uint32_t (&a)[4], std::uint64_t b, std::uint32_t scale_d) noexcept {
+  static_assert(wgmma_accumulators<R>);
 #if SKIM_WGMMA_AVAILABLE
-  if constexpr (std::is_same_v<T, skim::bfloat16>) {
-    asm volatile(SKIM_WGMMA("m64n128k16", "bf16", SKIM_WGMMA_D64_REGS, "%64, %65", "%66", "1, 1, 0, 0")
-                 : SKIM_WGMMA_D64_ARGS(d) : "l"(a), "l"(b), "r"(scale_d));
+#define SKIM_WGMMA_A_ARGS "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])
+  if constexpr (R == 32) {
+    SKIM_WGMMA_FOR(T, d, 32, "m64n64k16", "{%32, %33, %34, %35}, %36", "%37", "1, 1, 1", SKIM_WGMMA_A_ARGS, "l"(b), "r"(scale_d))
   } else {
-    asm volatile(SKIM_WGMMA("m64n128k16", "f16", SKIM_WGMMA_D64_REGS, "%64, %65", "%66", "1, 1, 0, 0")
-                 : SKIM_WGMMA_D64_ARGS(d) : "l"(a), "l"(b), "r"(scale_d));
+    SKIM_WGMMA_FOR(T, d, 64, "m64n128k16", "{%64, %65, %66, %67}, %68", "%69", "1, 1, 1", SKIM_WGMMA_A_ARGS, "l"(b), "r"(scale_d))
   }
+#undef SKIM_WGMMA_A_ARGS
 #else
-  (void)d; (void)a; (void)b; (void)scale_d;
-  __trap();
+  wgmma_unavailable(d, a, b, scale_d);
 #endif
 }
 
-// A from registers, B from shared memory MN-major: flags scale-a 1, scale-b 1, B transposed.
-template <class T>
-__device__ __forceinline__ void mma_rs_n64(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t b, std::uint32_t scale_d) noexcept {
-#if SKIM_WGMMA_AVAILABLE
-  if constexpr (std::is_same_v<T, skim::bfloat16>) {
-    asm volatile(SKIM_WGMMA("m64n64k16", "bf16", SKIM_WGMMA_D32_REGS, "{%32, %33, %34, %35}, %36", "%37", "1, 1, 1")
-                 : SKIM_WGMMA_D32_ARGS(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
-  } else {
-    asm volatile(SKIM_WGMMA("m64n64k16", "f16", SKIM_WGMMA_D32_REGS, "{%32, %33, %34, %35}, %36", "%37", "1, 1, 1")
-                 : SKIM_WGMMA_D32_ARGS(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
-  }
-#else
-  (void)d; (void)a; (void)b; (void)scale_d;
-  __trap();
-#endif
-}
-
-template <class T>
-__device__ __forceinline__ void mma_rs_n128(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b, std::uint32_t scale_d) noexcept {
-#if SKIM_WGMMA_AVAILABLE
-  if constexpr (std::is_same_v<T, skim::bfloat16>) {
-    asm volatile(SKIM_WGMMA("m64n128k16", "bf16", SKIM_WGMMA_D64_REGS, "{%64, %65, %66, %67}, %68", "%69", "1, 1, 1")
-                 : SKIM_WGMMA_D64_ARGS(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
-  } else {
-    asm volatile(SKIM_WGMMA("m64n128k16", "f16", SKIM_WGMMA_D64_REGS, "{%64, %65, %66, %67}, %68", "%69", "1, 1, 1")
-                 : SKIM_WGMMA_D64_ARGS(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
-  }
-#else
-  (void)d; (void)a; (void)b; (void)scale_d;
-  __trap();
-#endif
-}
-
+#undef SKIM_WGMMA_FOR
+#undef SKIM_SM90_ASM
 #undef SKIM_WGMMA
 #undef SKIM_WGMMA_D64_ARGS
 #undef SKIM_WGMMA_D32_ARGS
