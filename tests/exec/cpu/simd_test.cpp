@@ -162,10 +162,13 @@ TEST_CASE_TEMPLATE("simd: a split decode row checks every chunk's ids, each agai
   // Chunks of 2 blocks (positions 0-1, 2-3, ...). Position 7 (chunk 3's second id) goes back to
   // block 5, and position 8 (chunk 4's first id) is fine after it: chunk 4 must still see the 5
   // before it, and the item of chunk 3 catches 7 -> 5.
-  for (const auto& [ids, where] : {std::pair{std::vector<std::int32_t>{0, 1, 2, 3, 4, 6, 7, 5, 8, 9, 18}, "chunk 3"},
-                                   std::pair{std::vector<std::int32_t>{0, 1, 2, 3, 4, 6, 7, 8, 8, 9, 18}, "chunk 4"},
-                                   std::pair{std::vector<std::int32_t>{0, 1, 2, 3, 4, 6, 7, 8, 9, 19}, "the end"}}) {
-    INFO("bad id at " << std::string(where));
+  for (const auto& bad_case : {std::pair{std::vector<std::int32_t>{0, 1, 2, 3, 4, 6, 7, 5, 8, 9, 18}, "chunk 3"},
+                                std::pair{std::vector<std::int32_t>{0, 1, 2, 3, 4, 6, 7, 8, 8, 9, 18}, "chunk 4"},
+                                std::pair{std::vector<std::int32_t>{0, 1, 2, 3, 4, 6, 7, 8, 9, 19}, "the end"}}) {
+    // Named copies, not a structured binding: INFO's lambda captures them (clang 14 cannot capture bindings).
+    const std::vector<std::int32_t>& ids = bad_case.first;
+    const std::string where = bad_case.second;
+    INFO("bad id at " << where);
     const std::vector<std::int32_t> row_ptr{0, static_cast<std::int32_t>(ids.size())};
     const index::block_csr bad{row_ptr, ids};
     {
