@@ -29,7 +29,7 @@ struct basic_block_csr {
   // (A template, so that the read-only instantiation does not declare a conversion to itself.)
   template <class U = T>
     requires(!std::is_const_v<U>)
-  [[nodiscard]] constexpr operator basic_block_csr<const std::int32_t>() const noexcept {
+  [[nodiscard]] constexpr operator basic_block_csr<const U>() const noexcept {
     return {row_ptr, col_idx};
   }
 

@@ -32,7 +32,7 @@ struct basic_block_table {
   // (A template, so that the read-only instantiation does not declare a conversion to itself.)
   template <class U = T>
     requires(!std::is_const_v<U>)
-  [[nodiscard]] constexpr operator basic_block_table<const std::int32_t>() const noexcept {
+  [[nodiscard]] constexpr operator basic_block_table<const U>() const noexcept {
     return {ids, count, width};
   }
 

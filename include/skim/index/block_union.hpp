@@ -50,7 +50,7 @@ class union_cursor {
   // @post id_ = the smallest current id of the parts; done_ iff every part is done.
   constexpr void settle() noexcept {
     done_ = true;
-    std::apply([this](const auto&... c) { (consider(c), ...); }, parts_);
+    std::apply([this](const auto&... c) { (this->consider(c), ...); }, parts_);
   }
 
   template <class C>
