@@ -158,7 +158,7 @@ struct engine_options {
     }
   }
   if (!budget_given) rest += (rest.empty() ? "" : ",") + std::string("budget=1");
-  if (!block_given) rest += ",block=" + std::to_string(skim::defaults::block_kv);  // skim-eval's default, kept explicit
+  if (!block_given) rest.append(",block=").append(std::to_string(skim::defaults::block_kv));  // skim-eval's default, kept explicit
   if (const std::string e = skim_eval::parse_config(rest, o.sparse); !e.empty()) return "attention '" + o.spec + "': " + e;
   if (!bq_given) o.sparse.bq = 1;  // each query picks its own blocks, as in decode (skim-eval's default too)
   if (o.evict != eviction::none && o.policy != attention_policy::dense) {
