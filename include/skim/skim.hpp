@@ -38,6 +38,7 @@
 
 #include "skim/defaults.hpp"
 #include "skim/summarize/build.hpp"
+#include "skim/summarize/lsh_buckets.hpp"
 #include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"
 #include "skim/summarize/multi_centroid.hpp"

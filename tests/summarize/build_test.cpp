@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "skim/summarize/build.hpp"
+#include "skim/summarize/lsh_buckets.hpp"
 #include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"
 #include "skim/summarize/multi_centroid.hpp"
@@ -225,6 +226,13 @@ TEST_CASE("summarize::build and append agree bit for bit: probe_max") {
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   check_all_types<sm::probe_max<3>>(rng);
+}
+
+TEST_CASE("summarize::build and append agree bit for bit: lsh_buckets") {
+  const std::uint32_t seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  check_all_types<sm::lsh_buckets<3, 5>>(rng);
 }
 
 TEST_CASE("summarize::build and append agree bit for bit: multi_centroid") {
