@@ -5,7 +5,7 @@
 //             [--min-position N] [--repeat N] [--head-table] --config SPEC [--config SPEC ...]
 //
 // A SPEC is a comma list of key=value (config_keys below lists them; the defaults are skim::defaults'
-// decode routing: mean_pool, blocks of 4, one query per row, sink 1, local 8, reduce sum, kv scope):
+// decode routing: multi_centroid of 2, blocks of 4, one query per row, sink 1, local 8, reduce sum, kv scope):
 //   summarizer=max_bound,block=16,bq=16,select=top_k,k=8,sink=1,local=1,recency=1,pool=max
 // budget=B (0 < B <= 1, top_k only) replaces k: the longest row (the last query block, which sees
 // every kv block) reads ceil(B × kv blocks) blocks, reserved ones included, i.e.
@@ -36,7 +36,7 @@
 
 namespace skim_eval {
 
-enum class summarizer_kind : std::uint8_t { mean_pool, max_bound, probe_max, multi_centroid };
+enum class summarizer_kind : std::uint8_t { mean_pool, max_bound, probe_max, multi_centroid, lsh };
 enum class selector_kind : std::uint8_t { top_k, threshold };
 
 // One pipeline to evaluate, as given by a --config SPEC.
@@ -46,6 +46,7 @@ struct config {
   summarizer_kind summarizer = summarizer_kind::multi_centroid;
   std::int32_t probes = 4;     // probe_max: 2, 4 or 8
   std::int32_t centroids = 2;  // multi_centroid: 2 or 4
+  std::int32_t rounds = 4;     // lsh: 4 or 8 rounds of 4-bit SimHash buckets
   std::int32_t block = skim::defaults::block_kv;  // bk, keys per block
   std::int32_t bq = 1;         // queries per block; 0: the same as block
   selector_kind select = selector_kind::top_k;
@@ -96,8 +97,9 @@ inline constexpr std::string_view usage_text =
     "SPEC: comma list of key=value, e.g.\n"
     "  summarizer=max_bound,block=16,select=top_k,k=8,sink=1,local=1,recency=1,pool=max,reduce=max,scope=kv\n"
     "  summarizer  mean_pool | max_bound | probe_max (probes=2|4|8) | multi_centroid (centroids=2|4)\n"
+    "              | lsh (rounds=4|8: SimHash buckets of 4 bits; scores are collision counts, for top_k)\n"
     "  block, bq   key / query block sizes (bq=0: the same as block)\n"
-    "  defaults    summarizer=mean_pool,block=4,bq=1,sink=1,local=8,recency=1,reduce=sum,scope=kv\n"
+    "  defaults    summarizer=multi_centroid,centroids=2,block=4,bq=1,sink=1,local=8,recency=1,reduce=sum,scope=kv\n"
     "  select      top_k (k=N or budget=B) | threshold (mode=absolute|relative|mass, tau, k_min, k_max)\n"
     "  budget=B    top_k with k = ceil(B x kv blocks) - reserved blocks (sink + max(local, recency))\n"
     "  sink=N local=N recency=0|1 importance=S   reserved branches; importance ranks by the dense\n"
@@ -139,7 +141,7 @@ inline std::string choices(std::initializer_list<std::string_view> names) {
 }  // namespace detail
 
 inline constexpr std::string_view config_keys =
-    "summarizer, probes, centroids, block, bq, select, k, budget, mode, tau, k_min, k_max, sink, local, recency, "
+    "summarizer, probes, centroids, rounds, block, bq, select, k, budget, mode, tau, k_min, k_max, sink, local, recency, "
     "importance, pool, reduce, scope, share";
 
 // Parses one SPEC into `out` (starting from the defaults). Returns "" or the error text.
@@ -191,10 +193,14 @@ inline constexpr std::string_view config_keys =
       else if (value == "max_bound") c.summarizer = summarizer_kind::max_bound;
       else if (value == "probe_max") c.summarizer = summarizer_kind::probe_max;
       else if (value == "multi_centroid") c.summarizer = summarizer_kind::multi_centroid;
+      else if (value == "lsh") c.summarizer = summarizer_kind::lsh;
       else {
         return where + "unknown summarizer " + quote(value) + " (" +
-               detail::choices({"mean_pool", "max_bound", "probe_max", "multi_centroid"}) + ")";
+               detail::choices({"mean_pool", "max_bound", "probe_max", "multi_centroid", "lsh"}) + ")";
       }
+    } else if (key == "rounds") {
+      if (value == "4" || value == "8") c.rounds = value[0] - '0';
+      else return where + "rounds " + quote(value) + " unsupported (4, 8)";
     } else if (key == "probes") {
       if (value == "2" || value == "4" || value == "8") c.probes = value[0] - '0';
       else return where + "probes " + quote(value) + " unsupported (2, 4, 8)";
@@ -280,6 +286,7 @@ inline constexpr std::string_view config_keys =
     return false;
   };
   if (given("probes") && c.summarizer != summarizer_kind::probe_max) return where + "probes needs summarizer=probe_max";
+  if (given("rounds") && c.summarizer != summarizer_kind::lsh) return where + "rounds needs summarizer=lsh";
   if (c.share && c.importance > 0.0f) return where + "share=1 takes no importance (its prior is per index head)";
   if (given("centroids") && c.summarizer != summarizer_kind::multi_centroid) {
     return where + "centroids needs summarizer=multi_centroid";

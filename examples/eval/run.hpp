@@ -52,6 +52,7 @@
 #include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"
 #include "skim/summarize/multi_centroid.hpp"
+#include "skim/summarize/lsh_buckets.hpp"
 #include "skim/summarize/probe_max.hpp"
 #include "tensors.hpp"
 
@@ -352,6 +353,13 @@ template <class Summarizer>
       switch (c.centroids) {
         case 2: return detail::evaluate_with<sum::multi_centroid<2>>(in, o, out);
         case 4: return detail::evaluate_with<sum::multi_centroid<4>>(in, o, out);
+        default: break;
+      }
+      break;
+    case summarizer_kind::lsh:
+      switch (c.rounds) {
+        case 4: return detail::evaluate_with<sum::lsh_buckets<4, 4>>(in, o, out);
+        case 8: return detail::evaluate_with<sum::lsh_buckets<8, 4>>(in, o, out);
         default: break;
       }
       break;

@@ -66,6 +66,7 @@
 #include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"
 #include "skim/summarize/multi_centroid.hpp"
+#include "skim/summarize/lsh_buckets.hpp"
 #include "skim/summarize/probe_max.hpp"
 #if __has_include("skim/exec/cpu/simd.hpp")
 #include "skim/exec/cpu/simd.hpp"
@@ -535,6 +536,9 @@ template <class F>
     case summarizer_kind::multi_centroid:
       if (c.centroids == 4) return f.template operator()<sum::multi_centroid<4>>();
       return f.template operator()<sum::multi_centroid<2>>();
+    case summarizer_kind::lsh:
+      if (c.rounds == 8) return f.template operator()<sum::lsh_buckets<8, 4>>();
+      return f.template operator()<sum::lsh_buckets<4, 4>>();
   }
   return nullptr;
 }

@@ -135,6 +135,11 @@ TEST_CASE("skim-eval options: good configuration specs") {
     CHECK(parsed("k=8,share=max").share);
     CHECK(parsed("k=8,share=max").share_pool == skim::head_pool::max);
   }
+  SUBCASE("lsh") {
+    CHECK(parsed("summarizer=lsh,k=4").summarizer == summarizer_kind::lsh);
+    CHECK(parsed("summarizer=lsh,k=4").rounds == 4);
+    CHECK(parsed("summarizer=lsh,rounds=8,k=4").rounds == 8);
+  }
   SUBCASE("threshold") {
     const config c = parsed("summarizer=multi_centroid,centroids=4,select=threshold,mode=mass,tau=0.9,k_min=1,k_max=6");
     CHECK(c.summarizer == summarizer_kind::multi_centroid);
@@ -151,7 +156,7 @@ TEST_CASE("skim-eval options: each bad spec names its problem") {
   const std::string keys = std::string(config_keys);
   CHECK(config_error("select=topk") == "--config 'select=topk': unknown selector 'topk' (top_k, threshold)");
   CHECK(config_error("summarizer=quest,k=1") ==
-        "--config 'summarizer=quest,k=1': unknown summarizer 'quest' (mean_pool, max_bound, probe_max, multi_centroid)");
+        "--config 'summarizer=quest,k=1': unknown summarizer 'quest' (mean_pool, max_bound, probe_max, multi_centroid, lsh)");
   CHECK(config_error("k=8,foo=1") == "--config 'k=8,foo=1': unknown key 'foo' (" + keys + ")");
   CHECK(config_error("") == "--config '': empty configuration");
   CHECK(config_error("k=1,,sink=1") == "--config 'k=1,,sink=1': empty item (two commas, or a comma at an end)");
@@ -171,6 +176,8 @@ TEST_CASE("skim-eval options: each bad spec names its problem") {
   CHECK(config_error("summarizer=multi_centroid,centroids=8,k=1") ==
         "--config 'summarizer=multi_centroid,centroids=8,k=1': centroids '8' unsupported (2, 4)");
   CHECK(config_error("probes=4,k=1") == "--config 'probes=4,k=1': probes needs summarizer=probe_max");
+  CHECK(config_error("summarizer=lsh,rounds=6,k=1") == "--config 'summarizer=lsh,rounds=6,k=1': rounds '6' unsupported (4, 8)");
+  CHECK(config_error("rounds=4,k=1") == "--config 'rounds=4,k=1': rounds needs summarizer=lsh");
   CHECK(config_error("summarizer=mean_pool,centroids=2,k=1") ==
         "--config 'summarizer=mean_pool,centroids=2,k=1': centroids needs summarizer=multi_centroid");
   CHECK(config_error("centroids=4,k=1").empty());  // the default summarizer is multi_centroid
