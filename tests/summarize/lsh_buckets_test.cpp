@@ -86,7 +86,7 @@ TEST_CASE("summarize::lsh_buckets counts equal a brute-force SimHash of every ke
   check_against_brute_force<lsh_buckets<>>(rng, 150);
   check_against_brute_force<lsh_buckets<1, 1>>(rng, 50);
   check_against_brute_force<lsh_buckets<7, 6>>(rng, 50);
-  check_against_brute_force<lsh_buckets<>>(rng, 10, 300);  // past the sign table's 256 dimensions
+  check_against_brute_force<lsh_buckets<>>(rng, 10, 300);  // a head dim past 256
 }
 
 TEST_CASE("summarize::lsh_buckets is scale free, reads fp16 and bf16 keys as fp32, and an empty block is -inf") {
@@ -116,8 +116,9 @@ TEST_CASE("summarize::lsh_buckets is scale free, reads fp16 and bf16 keys as fp3
 }
 
 TEST_CASE("summarize::lsh_buckets ranks a block holding the query's direction above random blocks") {
-  // 32 blocks of 16 random keys; block 21 also holds 4 keys near +q. With 4 rounds of 4 bits a key
-  // at a small angle to q shares its bucket in most rounds, a random key in 1/16 of them.
+  // 32 blocks of 16 random keys; in block 21, 8 of them lie near +q. With 4 rounds of 4 bits a key at
+  // a small angle to q shares its bucket in most rounds (about 28 collisions expected for the block),
+  // a random key in 1/16 of them (about 4 per random block).
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
@@ -133,8 +134,8 @@ TEST_CASE("summarize::lsh_buckets ranks a block holding the query's direction ab
       std::vector<float> keys(static_cast<std::size_t>(bk) * d);
       for (float& x : keys) x = normal(rng);
       if (j == 21)
-        for (int s = 0; s < 4; ++s)
-          for (std::int32_t e = 0; e < d; ++e) keys[s * d + e] = q[e] + 0.2f * normal(rng);
+        for (int s = 0; s < 8; ++s)
+          for (std::int32_t e = 0; e < d; ++e) keys[s * d + e] = q[e] + 0.1f * normal(rng);
       const std::vector<float> record = block_record<S>(keys, bk, bk, d);
       best[j] = S::score(record.data(), q.data(), d);
     }

@@ -16,15 +16,12 @@
 // of their keys point where q points, so a selector should rank it (top_k), not read it as a logit
 // (threshold's mass mode). A record holding no key scores -inf.
 //
-// Costs: append is Rounds · Bits signed sums over head_dim per key (the signs of the first 256
-// dimensions from a table built at compile time); score the same for the query on each call (a
-// summarizer scores one block at a time, so a row hashes its query once per block: Rounds · Bits
-// times mean_pool's dot product), plus Rounds lookups. A record is 4 · (Rounds · 2^Bits + 1) bytes: 260 at 4 rounds of 4
+// Costs: append is Rounds · Bits signed sums over head_dim per key (each sign one splitmix64);
+// score the same for the query on each call (a summarizer scores one block at a time, so a row
+// hashes its query once per block: Rounds · Bits times mean_pool's dot product), plus Rounds lookups. A record is 4 · (Rounds · 2^Bits + 1) bytes: 260 at 4 rounds of 4
 // bits, against 516 for mean_pool at head_dim 128. More bits split keys finer (fewer, closer
 // collisions); more rounds lower the variance of the count.
 
-#include <array>
-#include <cstddef>
 #include <cstdint>
 
 #include "skim/concepts/summarizer.hpp"
@@ -56,32 +53,15 @@ struct lsh_buckets {
     return (z >> 63) != 0;
   }
 
- private:
-  // The planes' signs for the first 256 dimensions, one bit each, drawn at compile time (the same
-  // bits plane_negative gives; dimensions past 256 draw theirs on the fly).
-  static constexpr std::int32_t table_dims = 256;
-  static constexpr std::size_t table_words = table_dims / 64;
-  static constexpr std::array<std::uint64_t, Rounds * Bits * table_words> sign_table = [] {
-    std::array<std::uint64_t, Rounds * Bits * table_words> t{};
-    for (int r = 0; r < Rounds; ++r)
-      for (int b = 0; b < Bits; ++b)
-        for (std::int32_t e = 0; e < table_dims; ++e)
-          if (lsh_buckets::plane_negative(r, b, e)) t[static_cast<std::size_t>(r * Bits + b) * table_words + e / 64] |= std::uint64_t{1} << (e % 64);
-    return t;
-  }();
-
- public:
   // bucket_r(x), for x any element type (read as its fp32 value).
   template <class T>
   [[nodiscard]] static std::int32_t bucket(int r, const T* x, std::int32_t head_dim) noexcept {
     std::int32_t id = 0;
     for (int b = 0; b < Bits; ++b) {
-      const std::uint64_t* negative = sign_table.data() + static_cast<std::size_t>(r * Bits + b) * table_words;
       double p = 0.0;
       for (std::int32_t e = 0; e < head_dim; ++e) {
-        const bool minus = e < table_dims ? ((negative[e / 64] >> (e % 64)) & 1u) != 0 : plane_negative(r, b, e);
         const double v = static_cast<double>(to_float(x[e]));
-        p += minus ? -v : v;
+        p += plane_negative(r, b, e) ? -v : v;
       }
       if (p > 0.0) id |= std::int32_t{1} << b;
     }
