@@ -20,6 +20,7 @@
 #include "skim/core/workspace.hpp"
 #include "skim/route/pooled_router.hpp"
 #include "skim/summarize/build.hpp"
+#include "skim/summarize/lsh_buckets.hpp"
 #include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"
 #include "support/seed.hpp"
@@ -32,6 +33,7 @@ using route::query_pool;
 namespace {
 
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+using lsh = summarize::lsh_buckets<4, 3>;  // few buckets: most blocks collide, scores spread
 constexpr query_pool all_pools[] = {query_pool::last, query_pool::mean, query_pool::max};
 constexpr group_reduce all_reduces[] = {group_reduce::max, group_reduce::mean, group_reduce::sum};
 
@@ -164,6 +166,17 @@ template <class S>
 estimate brute_block_score(const std::vector<double>& q, const std::vector<double>& q_abs,
                            const std::vector<const float*>& keys, std::int32_t d) {
   estimate e;
+  if constexpr (std::is_same_v<S, lsh>) {
+    // Collisions of the raw (unprepared) query with every key, round by round; a count, so the
+    // only rounding is the router's scaling of it.
+    const std::vector<float> qf(q.begin(), q.end());
+    for (int r = 0; r < S::rounds; ++r) {
+      const std::int32_t want = S::bucket(r, qf.data(), d);
+      for (const float* k : keys) e.value += S::bucket(r, k, d) == want ? 1.0 : 0.0;
+    }
+    e.magnitude = e.value;
+    return e;
+  }
   for (std::int32_t i = 0; i < d; ++i) {
     if constexpr (std::is_same_v<S, summarize::mean_pool>) {
       double mean = 0, mean_abs = 0;
@@ -297,7 +310,10 @@ void check_case(std::uint32_t seed, query_pool pool, group_reduce reduce) {
   const routing_case<TQ> c(rng);
   const problem p = c.prob();
   INFO("seed " << seed << ": pool " << route::to_string(pool) << ", reduce " << route::to_string(reduce) << ", "
-               << (std::is_same_v<S, summarize::mean_pool> ? "mean_pool" : "max_bound") << ", " << c.describe());
+               << (std::is_same_v<S, summarize::mean_pool> ? "mean_pool"
+                   : std::is_same_v<S, lsh>                 ? "lsh_buckets"
+                                                            : "max_bound")
+               << ", " << c.describe());
   const std::vector<float> records = build_records<S>(p, c.kv());
   const pooled_router router{.pool = pool, .reduce = reduce};
   dirty_workspace ws(router.workspace_bytes(p));
@@ -379,6 +395,18 @@ TEST_CASE("route::pooled_router matches a brute-force router for every pool x re
   for (query_pool pool : all_pools) {
     for (group_reduce reduce : all_reduces) {
       for (int i = 0; i < 8; ++i) check_case<summarize::max_bound, float>(fresh_seed(), pool, reduce);
+    }
+  }
+}
+
+// lsh_buckets prepares each pooled query once (its bucket ids) and scores by lookups: the router's
+// scores must be the collision counts of the raw query. Mean pooling is left out: its fp32 mean and
+// the brute force's double mean may fall on either side of a hyperplane.
+TEST_CASE("route::pooled_router with a prepared query (lsh_buckets) counts the raw query's collisions") {
+  for (query_pool pool : {query_pool::last, query_pool::max}) {
+    for (group_reduce reduce : all_reduces) {
+      for (int i = 0; i < 8; ++i) check_case<lsh, float>(fresh_seed(), pool, reduce);
+      check_case<lsh, half>(fresh_seed(), pool, reduce);
     }
   }
 }
@@ -470,7 +498,7 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   const auto records = build_records<S>(c.p, c.kv());
   const pooled_router router{.pool = query_pool::max, .reduce = group_reduce::max};
   const std::size_t bytes = router.workspace_bytes(c.p);
-  CHECK(bytes == 2 * 4 * 8 * sizeof(float));  // [group 2, bq 4, d 8]
+  CHECK(bytes == 2 * 4 * 16 * sizeof(float));  // [group 2, bq 4, prepared_query_capacity(d 8) = 16]
   dirty_workspace ws(bytes + workspace_alignment);
   std::vector<float> scores(12, 0.0f);
   REQUIRE(router.score<S>(c.p, c.q_view(), records, scores, ws.span()).ok());
@@ -500,7 +528,7 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   expect(router.score<S>(c.p, c.q_view(), records, std::span(scores).first(11), ws.span()),
          status_code::shape_mismatch, "scores has 11 floats, needs 12 (4 index rows x 3 max kv blocks)");
   expect(router.score<S>(c.p, c.q_view(), records, scores, ws.span().first(bytes - 1)),
-         status_code::workspace_too_small, "workspace has 255 bytes, needs 256");
+         status_code::workspace_too_small, "workspace has 511 bytes, needs 512");
   const auto misaligned = ws.span().subspan(4, bytes);
   const status mis = router.score<S>(c.p, c.q_view(), records, scores, misaligned);
   CHECK(mis.code() == status_code::misaligned);
@@ -532,5 +560,5 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   expect(router.score_row<S>(c.p, good, c.q_view(), records, std::span(one).first(2), ws.span()),
          status_code::shape_mismatch, "scores of row 3 has 2 floats, needs kv blocks 3");
   expect(router.score_row<S>(c.p, good, c.q_view(), records, one, {}), status_code::workspace_too_small,
-         "workspace has 0 bytes, needs 256");
+         "workspace has 0 bytes, needs 512");
 }

@@ -26,6 +26,20 @@
 //     best q·k, unscaled (no softmax scale). A record holding no key scores -inf.
 // A summarizer without a completion step makes complete_block a no-op.
 //
+// Optional: a prepared query. A summarizer whose score spends most of its work on the query alone
+// (lsh_buckets hashes it) may let a router do that work once per query vector instead of once per
+// block, by defining all three of
+//  7. S::query_floats(head_dim) -> std::int64_t, constexpr: floats of a prepared query, at most
+//     prepared_query_capacity(head_dim);
+//  8. S::prepare_query(q, head_dim), q a `float*` of prepared_query_capacity(head_dim) floats whose
+//     first head_dim hold a query: replaces them, in place, by its first query_floats(head_dim)
+//     floats of prepared form;
+//  9. S::score_prepared(record, prepared, head_dim) -> float: the same bits as score(record, q,
+//     head_dim) for the q that was prepared.
+// Routers call skim::prepare_query<S> and skim::score_prepared<S>, which fall back to the plain
+// query and S::score for a summarizer without them; a router sizes each query vector's scratch as
+// prepared_query_capacity(head_dim) floats, whatever the summarizer.
+//
 // The header of each summarizer says what its score estimates (a mean, a bound, a sample) and
 // checks the concept right after its definition: static_assert(skim::summarizer<mean_pool>).
 
@@ -60,5 +74,37 @@ concept summarizer = requires(float* record, const float* record_in, const float
   { S::complete_block(record, detail::block_keys_archetype<bfloat16>{}, block_kv, head_dim, scratch) } noexcept;
   { S::score(record_in, q, head_dim) } noexcept -> std::same_as<float>;
 };
+
+// Floats a router keeps per query vector: the query itself, or its prepared form (requirement 7),
+// whichever is larger for any summarizer (a prepared form may hold up to 16 floats even when
+// head_dim is smaller).
+[[nodiscard]] constexpr std::int64_t prepared_query_capacity(std::int32_t head_dim) noexcept {
+  return head_dim > 16 ? head_dim : 16;
+}
+
+// Whether S defines the optional prepared query (requirements 7-9).
+template <class S>
+concept prepares_query = summarizer<S> && requires(float* q, const float* record, std::int32_t head_dim) {
+  { S::query_floats(head_dim) } -> std::same_as<std::int64_t>;
+  { S::prepare_query(q, head_dim) } noexcept;
+  { S::score_prepared(record, q, head_dim) } noexcept -> std::same_as<float>;
+};
+
+// Prepares q [prepared_query_capacity(head_dim)] in place for S (nothing for a summarizer without
+// requirement 8).
+template <summarizer S>
+constexpr void prepare_query(float* q, std::int32_t head_dim) noexcept {
+  if constexpr (prepares_query<S>) S::prepare_query(q, head_dim);
+}
+
+// S's score of a record for a query that prepare_query<S> prepared: S::score_prepared, or S::score.
+template <summarizer S>
+[[nodiscard]] constexpr float score_prepared(const float* record, const float* q, std::int32_t head_dim) noexcept {
+  if constexpr (prepares_query<S>) {
+    return S::score_prepared(record, q, head_dim);
+  } else {
+    return S::score(record, q, head_dim);
+  }
+}
 
 }  // namespace skim

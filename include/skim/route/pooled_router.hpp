@@ -32,7 +32,8 @@
 // A block whose record holds no key (a stale summary) scores -inf whatever the scale.
 //
 // Cost per row: visible_blocks · heads · (1 for last/mean, bq for max) calls of S::score (O(head_dim)
-// each for mean_pool and max_bound), plus pooling the block's queries once (converted to fp32 from
+// each for mean_pool and max_bound; a summarizer with a prepared query, lsh_buckets, does its
+// query work once per pooled vector and a few lookups per call), plus pooling the block's queries once (converted to fp32 from
 // TQ = float, half or bfloat16). The records of the row's kv head are read once per block.
 //
 // Entry points (no allocation; scratch is the pooled query vectors, from the caller's workspace of
@@ -128,7 +129,8 @@ struct pooled_router {
     return p.scope == index_scope::kv_head ? p.group_size() : 1;
   }
 
-  // Scratch: [heads_per_row, vectors per head (block_q for max, else 1), head_dim] pooled fp32 queries.
+  // Scratch: [heads_per_row, vectors per head (block_q for max, else 1), prepared_query_capacity(head_dim)]
+  // pooled fp32 queries, each prepared in place for the summarizer (summarizer.hpp, requirement 8).
   [[nodiscard]] std::size_t workspace_bytes(const problem& p) const noexcept {
     workspace_arena measure;
     (void)take_queries(measure, p);
@@ -238,7 +240,7 @@ struct pooled_router {
     if (p.heads_q <= 0 || p.heads_kv <= 0 || p.head_dim <= 0 || p.block_q <= 0) return arena.take<float>(0);
     const std::size_t heads = p.scope == index_scope::kv_head ? static_cast<std::size_t>(p.heads_q / p.heads_kv) : 1;
     const std::size_t vectors = pool == query_pool::max ? static_cast<std::size_t>(p.block_q) : 1;
-    return arena.take<float>(heads * vectors * static_cast<std::size_t>(p.head_dim));
+    return arena.take<float>(heads * vectors * static_cast<std::size_t>(prepared_query_capacity(p.head_dim)));
   }
 
   // @pre everything score_row checks; queries is the take_queries span.
@@ -253,9 +255,10 @@ struct pooled_router {
     const std::int32_t n_q = r.q_end - r.q_begin;  // >= 1 for a valid row
     const std::int32_t vectors = pool == query_pool::max ? n_q : 1;
 
-    // 1. Pool: queries [heads, vectors, d], fp32.
+    // 1. Pool: queries [heads, vectors, cap], fp32, then each prepared for S.
+    const std::int64_t cap = prepared_query_capacity(d);
     for (std::int32_t g = 0; g < heads; ++g) {
-      float* dst = queries + static_cast<std::int64_t>(g) * vectors * d;
+      float* dst = queries + static_cast<std::int64_t>(g) * vectors * cap;
       if (pool == query_pool::mean) {
         for (std::int32_t k = 0; k < d; ++k) dst[k] = 0.0f;
         for (std::int32_t t = r.q_begin; t < r.q_end; ++t) {
@@ -268,9 +271,10 @@ struct pooled_router {
         const std::int32_t t_first = pool == query_pool::last ? r.q_end - 1 : r.q_begin;
         for (std::int32_t v = 0; v < vectors; ++v) {
           const TQ* src = q.row(token0 + t_first + v, first_head + g);
-          for (std::int32_t k = 0; k < d; ++k) dst[static_cast<std::int64_t>(v) * d + k] = to_float(src[k]);
+          for (std::int32_t k = 0; k < d; ++k) dst[v * cap + k] = to_float(src[k]);
         }
       }
+      for (std::int32_t v = 0; v < vectors; ++v) prepare_query<S>(dst + v * cap, d);
     }
 
     // 2. Score the visible blocks; -inf for the rest of the span.
@@ -287,10 +291,10 @@ struct pooled_router {
       }
       float acc = reduce == group_reduce::max ? detail::neg_inf : 0.0f;
       for (std::int32_t g = 0; g < heads; ++g) {
-        const float* head_queries = queries + static_cast<std::int64_t>(g) * vectors * d;
+        const float* head_queries = queries + static_cast<std::int64_t>(g) * vectors * cap;
         float s = detail::neg_inf;
         for (std::int32_t v = v_first; v < vectors; ++v) {
-          const float x = S::score(record, head_queries + static_cast<std::int64_t>(v) * d, d);
+          const float x = score_prepared<S>(record, head_queries + v * cap, d);
           s = x > s ? x : s;
         }
         if (reduce == group_reduce::max) {

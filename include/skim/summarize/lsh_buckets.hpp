@@ -16,11 +16,15 @@
 // of their keys point where q points, so a selector should rank it (top_k), not read it as a logit
 // (threshold's mass mode). A record holding no key scores -inf.
 //
-// Costs: append is Rounds · Bits signed sums over head_dim per key (each sign one splitmix64);
-// score the same for the query on each call (a summarizer scores one block at a time, so a row
-// hashes its query once per block: Rounds · Bits times mean_pool's dot product), plus Rounds lookups. A record is 4 · (Rounds · 2^Bits + 1) bytes: 260 at 4 rounds of 4
-// bits, against 516 for mean_pool at head_dim 128. More bits split keys finer (fewer, closer
-// collisions); more rounds lower the variance of the count.
+// Prepared query (the summarizer concept's requirements 7-9): prepare_query replaces a query by its
+// Rounds bucket ids (as floats), and score_prepared adds up Rounds counts, so a router hashes each
+// query vector once per row rather than once per block.
+//
+// Costs: append is Rounds · Bits signed sums over head_dim per key (each sign one splitmix64), and
+// so is preparing a query; a prepared score is Rounds lookups. score() on a raw query hashes it on
+// every call. A record is 4 · (Rounds · 2^Bits + 1) bytes: 260 at 4 rounds of 4 bits, against 516
+// for mean_pool at head_dim 128. More bits split keys finer (fewer, closer collisions); more rounds
+// lower the variance of the count.
 
 #include <cstdint>
 
@@ -88,7 +92,30 @@ struct lsh_buckets {
     for (int r = 0; r < Rounds; ++r) collisions += record[r * buckets + bucket(r, q, head_dim)];
     return collisions;
   }
+
+  [[nodiscard]] static constexpr std::int64_t query_floats(std::int32_t) noexcept { return Rounds; }
+
+  // q [prepared_query_capacity(head_dim)]: its first Rounds floats become bucket_r(q), r = 0, 1, ...
+  static void prepare_query(float* q, std::int32_t head_dim) noexcept {
+    std::int32_t ids[Rounds];
+    for (int r = 0; r < Rounds; ++r) ids[r] = bucket(r, q, head_dim);
+    for (int r = 0; r < Rounds; ++r) q[r] = static_cast<float>(ids[r]);
+  }
+
+  // @pre prepared came from prepare_query (each id an integer in [0, 2^Bits)).
+  [[nodiscard]] static float score_prepared(const float* record, const float* prepared, std::int32_t) noexcept {
+    if (record[Rounds * buckets] == 0.0f) return detail::neg_inf;
+    float collisions = 0.0f;
+    for (int r = 0; r < Rounds; ++r) {
+      // The mask keeps a broken id inside the round's counts.
+      const std::int64_t id = static_cast<std::int64_t>(prepared[r]) & (buckets - 1);
+      collisions += record[r * buckets + id];
+    }
+    return collisions;
+  }
 };
 static_assert(summarizer<lsh_buckets<>>);
+static_assert(prepares_query<lsh_buckets<>>);
+static_assert(lsh_buckets<16, 8>::query_floats(1) <= prepared_query_capacity(1));
 
 }  // namespace skim::summarize
