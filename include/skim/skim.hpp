@@ -45,6 +45,7 @@
 #include "skim/summarize/probe_max.hpp"
 
 #include "skim/route/head_pool.hpp"
+#include "skim/route/kmeans.hpp"
 #include "skim/route/pooled_router.hpp"
 
 #include "skim/select/reserved.hpp"
