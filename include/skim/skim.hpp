@@ -35,6 +35,7 @@
 #include "skim/index/sink.hpp"
 #include "skim/index/sliding_window.hpp"
 #include "skim/index/transpose.hpp"
+#include "skim/index/vertical_slash.hpp"
 
 #include "skim/defaults.hpp"
 #include "skim/summarize/build.hpp"
