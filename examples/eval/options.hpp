@@ -38,6 +38,10 @@ namespace skim_eval {
 
 enum class summarizer_kind : std::uint8_t { mean_pool, max_bound, probe_max, multi_centroid, lsh };
 enum class selector_kind : std::uint8_t { top_k, threshold };
+// Where a configuration's block ids come from: block summaries scored by pooled_router (then the
+// selector), k-means centroids scored by kmeans_router (then the selector), or the vertical-slash
+// prefill pattern (index::build_vertical_slash, which chooses the blocks itself).
+enum class router_kind : std::uint8_t { pooled, kmeans, vertical_slash };
 
 // One pipeline to evaluate, as given by a --config SPEC.
 struct config {
@@ -47,6 +51,13 @@ struct config {
   std::int32_t probes = 4;     // probe_max: 2, 4 or 8
   std::int32_t centroids = 2;  // multi_centroid: 2 or 4
   std::int32_t rounds = 4;     // lsh: 4 or 8 rounds of 4-bit SimHash buckets
+  router_kind router = router_kind::pooled;
+  std::int32_t clusters = 32;  // kmeans: centroids per (layer, kv head)
+  std::int32_t probe = 4;      // kmeans: nearest centroids probed per query head
+  std::int32_t iterations = 4; // kmeans: Lloyd iterations of the build
+  std::int32_t columns = 64;   // vertical_slash: key columns kept per (layer, index head)
+  std::int32_t diagonals = 64; // vertical_slash: diagonals kept per (layer, index head)
+  std::int32_t last_q = 64;    // vertical_slash: last queries the pattern is estimated from
   std::int32_t block = skim::defaults::block_kv;  // bk, keys per block
   std::int32_t bq = 1;         // queries per block; 0: the same as block
   selector_kind select = selector_kind::top_k;
@@ -105,6 +116,10 @@ inline constexpr std::string_view usage_text =
     "  sink=N local=N recency=0|1 importance=S   reserved branches; importance ranks by the dense\n"
     "              attention mass of each block (an oracle prior)\n"
     "  pool=last|mean|max reduce=max|mean|sum scope=kv|query   router and index heads\n"
+    "  router      pooled (block summaries, the default) | kmeans (clusters=N, probe=N, iterations=N:\n"
+    "              centroids of each layer's keys; a query takes its probe nearest centroids' blocks)\n"
+    "              | vertical_slash (columns=N, diagonals=N, last_q=N, with sink and local as the\n"
+    "              reserved blocks: the prefill pattern estimated from the last queries; no selector)\n"
     "  share=0|1|max  one selection per query block for all its heads: 1 pools the heads' scores by\n"
     "              their maximum after each head's less its best block's, max by the raw maximum\n";
 
@@ -142,7 +157,7 @@ inline std::string choices(std::initializer_list<std::string_view> names) {
 
 inline constexpr std::string_view config_keys =
     "summarizer, probes, centroids, rounds, block, bq, select, k, budget, mode, tau, k_min, k_max, sink, local, recency, "
-    "importance, pool, reduce, scope, share";
+    "importance, pool, reduce, scope, share, router, clusters, probe, iterations, columns, diagonals, last_q";
 
 // Parses one SPEC into `out` (starting from the defaults). Returns "" or the error text.
 [[nodiscard]] inline std::string parse_config(std::string_view spec, config& out) {
@@ -207,6 +222,23 @@ inline constexpr std::string_view config_keys =
     } else if (key == "centroids") {
       if (value == "2" || value == "4") c.centroids = value[0] - '0';
       else return where + "centroids " + quote(value) + " unsupported (2, 4)";
+    } else if (key == "router") {
+      if (value == "pooled") c.router = router_kind::pooled;
+      else if (value == "kmeans") c.router = router_kind::kmeans;
+      else if (value == "vertical_slash") c.router = router_kind::vertical_slash;
+      else return where + "unknown router " + quote(value) + " (" + detail::choices({"pooled", "kmeans", "vertical_slash"}) + ")";
+    } else if (key == "clusters") {
+      err = integer(c.clusters, 1, 4096);
+    } else if (key == "probe") {
+      err = integer(c.probe, 1, 4096);
+    } else if (key == "iterations") {
+      err = integer(c.iterations, 1, 100);
+    } else if (key == "columns") {
+      err = integer(c.columns, 0, max_int);
+    } else if (key == "diagonals") {
+      err = integer(c.diagonals, 0, max_int);
+    } else if (key == "last_q") {
+      err = integer(c.last_q, 1, max_int);
     } else if (key == "block") {
       err = integer(c.block, 1, max_block);
     } else if (key == "bq") {
@@ -290,6 +322,31 @@ inline constexpr std::string_view config_keys =
   if (c.share && c.importance > 0.0f) return where + "share=1 takes no importance (its prior is per index head)";
   if (given("centroids") && c.summarizer != summarizer_kind::multi_centroid) {
     return where + "centroids needs summarizer=multi_centroid";
+  }
+  for (std::string_view key : {"clusters", "probe", "iterations"}) {
+    if (given(key) && c.router != router_kind::kmeans) return where + std::string(key) + " needs router=kmeans";
+  }
+  for (std::string_view key : {"columns", "diagonals", "last_q"}) {
+    if (given(key) && c.router != router_kind::vertical_slash) {
+      return where + std::string(key) + " needs router=vertical_slash";
+    }
+  }
+  if (c.router != router_kind::pooled) {
+    const std::string name = c.router == router_kind::kmeans ? "kmeans" : "vertical_slash";
+    for (std::string_view key : {"summarizer", "reduce", "share"}) {
+      if (given(key)) return where + std::string(key) + " needs router=pooled (not " + name + ")";
+    }
+    if (c.router == router_kind::kmeans && c.pool == skim::route::query_pool::max) {
+      return where + "router=kmeans takes pool=last or pool=mean";
+    }
+  }
+  if (c.router == router_kind::vertical_slash) {
+    for (std::string_view key : {"select", "k", "budget", "mode", "tau", "k_min", "k_max", "recency", "importance", "pool"}) {
+      if (given(key)) return where + std::string(key) + " does not apply to router=vertical_slash (it selects itself)";
+    }
+    c.recency = false;  // its window is `local`
+    out = std::move(c);
+    return {};
   }
   if (c.select == selector_kind::top_k) {
     for (std::string_view key : {"mode", "tau", "k_min", "k_max"}) {

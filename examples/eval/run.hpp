@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "options.hpp"
+#include "routers.hpp"
 #include "skim/core/attention_args.hpp"
 #include "skim/core/problem.hpp"
 #include "skim/core/views.hpp"
@@ -331,13 +332,38 @@ template <class Summarizer>
   return evaluate(in, o, pipe, out);
 }
 
+[[nodiscard]] inline outcome evaluate_kmeans(const inputs& in, const options& o, config_result& out) {
+  const config& c = out.cfg;
+  const std::int32_t kv_blocks = (in.shape.tokens + c.block - 1) / c.block;
+  out.dynamic_k = dynamic_k_for(c, kv_blocks);
+  kmeans_pipeline::storage state;
+  const kmeans_pipeline pipe{.router = {.probe = c.probe, .pool = c.pool},
+                             .selector = {.sink = c.sink, .local = c.local, .recency = c.recency,
+                                          .importance = c.importance, .dynamic = {.k = out.dynamic_k}},
+                             .build_options = {.iterations = c.iterations},
+                             .clusters = c.clusters,
+                             .state = &state};
+  return evaluate(in, o, pipe, out);
+}
+
+[[nodiscard]] inline outcome evaluate_vertical_slash(const inputs& in, const options& o, config_result& out) {
+  const config& c = out.cfg;
+  vertical_slash_pipeline::storage csr;
+  const vertical_slash_pipeline pipe{.options = {.columns = c.columns, .diagonals = c.diagonals, .sink_blocks = c.sink,
+                                                 .window_blocks = c.local, .last_q = c.last_q},
+                                     .csr = &csr};
+  return evaluate(in, o, pipe, out);
+}
+
 }  // namespace detail
 
-// Evaluates one configuration: the runtime summarizer choice picks the instantiation.
+// Evaluates one configuration: the router, then the runtime summarizer choice, picks the instantiation.
 [[nodiscard]] inline outcome evaluate_config(const inputs& in, const options& o, const config& c, config_result& out) {
   namespace sum = skim::summarize;
   out = {};
   out.cfg = c;
+  if (c.router == router_kind::kmeans) return detail::evaluate_kmeans(in, o, out);
+  if (c.router == router_kind::vertical_slash) return detail::evaluate_vertical_slash(in, o, out);
   switch (c.summarizer) {
     case summarizer_kind::mean_pool: return detail::evaluate_with<sum::mean_pool>(in, o, out);
     case summarizer_kind::max_bound: return detail::evaluate_with<sum::max_bound>(in, o, out);

@@ -140,6 +140,23 @@ TEST_CASE("skim-eval options: good configuration specs") {
     CHECK(parsed("summarizer=lsh,k=4").rounds == 4);
     CHECK(parsed("summarizer=lsh,rounds=8,k=4").rounds == 8);
   }
+  SUBCASE("routers") {
+    CHECK(parsed("k=4").router == router_kind::pooled);
+    const config km = parsed("router=kmeans,clusters=64,probe=8,iterations=2,pool=mean,budget=0.125");
+    CHECK(km.router == router_kind::kmeans);
+    CHECK(km.clusters == 64);
+    CHECK(km.probe == 8);
+    CHECK(km.iterations == 2);
+    CHECK(km.pool == skim::route::query_pool::mean);
+    const config vs = parsed("router=vertical_slash,columns=16,diagonals=32,last_q=8,sink=2,local=3,block=16,bq=64");
+    CHECK(vs.router == router_kind::vertical_slash);
+    CHECK(vs.columns == 16);
+    CHECK(vs.diagonals == 32);
+    CHECK(vs.last_q == 8);
+    CHECK(vs.sink == 2);
+    CHECK(vs.local == 3);
+    CHECK(!vs.recency);
+  }
   SUBCASE("threshold") {
     const config c = parsed("summarizer=multi_centroid,centroids=4,select=threshold,mode=mass,tau=0.9,k_min=1,k_max=6");
     CHECK(c.summarizer == summarizer_kind::multi_centroid);
@@ -197,6 +214,20 @@ TEST_CASE("skim-eval options: each bad spec names its problem") {
   CHECK(config_error("k=1,importance=2") == "--config 'k=1,importance=2': importance 2 outside [0, 1]");
   CHECK(config_error("k=1,pool=min") == "--config 'k=1,pool=min': unknown pool 'min' (last, mean, max)");
   CHECK(config_error("k=1,reduce=min") == "--config 'k=1,reduce=min': unknown reduce 'min' (max, mean, sum)");
+  CHECK(config_error("router=cluster,k=1") ==
+        "--config 'router=cluster,k=1': unknown router 'cluster' (pooled, kmeans, vertical_slash)");
+  CHECK(config_error("clusters=8,k=1") == "--config 'clusters=8,k=1': clusters needs router=kmeans");
+  CHECK(config_error("router=kmeans,clusters=0,k=1") == "--config 'router=kmeans,clusters=0,k=1': clusters 0 outside [1, 4096]");
+  CHECK(config_error("router=kmeans,summarizer=max_bound,k=1") ==
+        "--config 'router=kmeans,summarizer=max_bound,k=1': summarizer needs router=pooled (not kmeans)");
+  CHECK(config_error("router=kmeans,pool=max,k=1") ==
+        "--config 'router=kmeans,pool=max,k=1': router=kmeans takes pool=last or pool=mean");
+  CHECK(config_error("columns=8,k=1") == "--config 'columns=8,k=1': columns needs router=vertical_slash");
+  CHECK(config_error("router=vertical_slash,k=1") ==
+        "--config 'router=vertical_slash,k=1': k does not apply to router=vertical_slash (it selects itself)");
+  CHECK(config_error("router=vertical_slash,last_q=0") ==
+        "--config 'router=vertical_slash,last_q=0': last_q 0 outside [1, 2147483647]");
+  CHECK(config_error("router=vertical_slash").empty());
   CHECK(config_error("k=1,scope=all") == "--config 'k=1,scope=all': unknown scope 'all' (kv, query)");
   CHECK(config_error("k=1,share=2") == "--config 'k=1,share=2': share '2' is not 0, 1 or max");
   CHECK(config_error("k=1,importance=0.5,share=1") ==
@@ -288,7 +319,9 @@ TEST_CASE("skim-eval end to end: a budget that covers every block is dense atten
                              "summarizer=probe_max,probes=2,block=8,bq=16,budget=1",
                              "summarizer=multi_centroid,centroids=4,block=8,budget=1,scope=query",
                              "summarizer=max_bound,block=8,select=threshold,mode=relative,tau=1e9",
-                             "summarizer=max_bound,block=8,budget=1,share=1"}) {
+                             "summarizer=max_bound,block=8,budget=1,share=1",
+                             "router=kmeans,clusters=4,probe=4,block=8,budget=1",  // every cluster probed
+                             "router=vertical_slash,block=8,columns=50,diagonals=0,sink=0,local=0"}) {
       o.configs.push_back(classic(spec));
     }
     run_result r;

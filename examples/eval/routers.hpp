@@ -1,0 +1,190 @@
+#pragma once
+// skim-eval's pipelines for the routers that do not score block summaries: each has the members
+// evaluate() (run.hpp) reads from a skim::sparse_attention (can_implement, summary_floats,
+// table_width, selected_rows, workspace_bytes, run, share_heads), and runs its stages with the
+// scalar executor, so every configuration is measured and timed the same way.
+//
+//  - kmeans_pipeline: stage 1 clusters each layer's keys (route::kmeans::build), stage 2 scores
+//    each row with route::kmeans_router, stage 3 selects with reserved<top_k> as the summary
+//    pipelines do, stage 5 attends over the table.
+//  - vertical_slash_pipeline: index::build_vertical_slash estimates the pattern and writes a CSR
+//    (reported as the score stage), converted to the block table evaluate() measures (the select
+//    stage), then the same execution.
+// Their state (centroids, counts, membership; the CSR) lives in storage the caller keeps for the
+// configuration's run; summary_floats is 0 (evaluate()'s summaries span goes unused).
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "skim/core/attention_args.hpp"
+#include "skim/core/problem.hpp"
+#include "skim/core/status.hpp"
+#include "skim/core/workspace.hpp"
+#include "skim/exec/cpu/scalar.hpp"
+#include "skim/index/block_csr.hpp"
+#include "skim/index/block_table.hpp"
+#include "skim/index/convert.hpp"
+#include "skim/index/vertical_slash.hpp"
+#include "skim/pipeline.hpp"
+#include "skim/route/kmeans.hpp"
+#include "skim/select/reserved.hpp"
+#include "skim/select/top_k.hpp"
+
+namespace skim_eval {
+
+namespace detail {
+[[nodiscard]] inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace detail
+
+struct kmeans_pipeline {
+  struct storage {
+    std::vector<float> centroids;
+    std::vector<std::int32_t> counts, membership;
+  };
+
+  skim::route::kmeans_router router{};
+  skim::select::reserved<skim::select::top_k> selector{};
+  skim::route::kmeans::options build_options{};
+  std::int32_t clusters = 32;
+  skim::exec::scalar executor{};
+  storage* state = nullptr;  // sized by run() on first use of a shape
+  static constexpr bool share_heads = false;
+
+  [[nodiscard]] std::int64_t summary_floats(const skim::problem&) const noexcept { return 0; }
+  [[nodiscard]] std::int32_t table_width(const skim::problem& p) const noexcept {
+    return skim::select::max_count(selector, p);
+  }
+  [[nodiscard]] std::int64_t selected_rows(const skim::problem& p) const noexcept { return p.index_rows(); }
+
+  [[nodiscard]] std::size_t workspace_bytes(const skim::problem& p) const noexcept {
+    if (!skim::validate(p).ok()) return 0;
+    skim::workspace_arena route_select;  // the takes of run(), in order
+    (void)route_select.take<float>(static_cast<std::size_t>(p.max_kv_blocks()));
+    (void)route_select.take<std::byte>(router.workspace_bytes(p, clusters));
+    (void)route_select.take<std::byte>(selector.workspace_bytes(p.max_kv_blocks()));
+    return std::max({skim::route::kmeans::build_workspace_bytes(p, clusters), route_select.bytes(),
+                     executor.workspace_bytes(p)});
+  }
+
+  [[nodiscard]] skim::status can_implement(const skim::problem& p) const noexcept {
+    SKIM_TRY(skim::validate(p));
+    SKIM_TRY(selector.validate());
+    SKIM_TRY(build_options.validate());
+    SKIM_TRY(router.can_implement(p));
+    return executor.can_implement(p);
+  }
+
+  template <class TQ, class KV, class TO>
+  [[nodiscard]] skim::status run(const skim::pipeline_args<TQ, KV, TO>& a, std::span<std::byte> workspace,
+                                 skim::stage_times* times) const noexcept {
+    using clock = std::chrono::steady_clock;
+    const skim::problem& p = a.prob;
+    SKIM_TRY(can_implement(p));
+    const skim::route::kmeans::layout l = skim::route::kmeans::make_layout(p, clusters);
+    state->centroids.resize(static_cast<std::size_t>(l.centroid_floats()));
+    state->counts.resize(static_cast<std::size_t>(l.count_entries()));
+    state->membership.resize(static_cast<std::size_t>(l.membership_entries()));
+    const skim::route::kmeans::state s{clusters, state->centroids, state->counts, state->membership};
+    skim::stage_times t;
+
+    auto t0 = clock::now();
+    SKIM_TRY(skim::route::kmeans::build(p, a.kv, build_options, s, workspace));
+    t.summarize = detail::seconds_since(t0);
+
+    skim::workspace_arena arena(workspace);
+    const std::span<float> scores = arena.take<float>(static_cast<std::size_t>(p.max_kv_blocks()));
+    const std::span<std::byte> route_ws = arena.take<std::byte>(router.workspace_bytes(p, clusters));
+    const std::span<std::byte> select_ws = arena.take<std::byte>(selector.workspace_bytes(p.max_kv_blocks()));
+    const std::int32_t width = a.selected.width, stride = p.max_kv_blocks();
+    SKIM_TRY(skim::for_each_row(p, [&](const skim::row_info& r) noexcept -> skim::status {
+      auto ts = clock::now();
+      SKIM_TRY(router.score_row(p, r, a.q, l.sequence(skim::route::kmeans::const_state(s), r.seq), scores, route_ws));
+      auto tm = clock::now();
+      const std::span<std::int32_t> ids =
+          a.selected.ids.subspan(static_cast<std::size_t>(r.row) * static_cast<std::size_t>(width),
+                                 static_cast<std::size_t>(width));
+      const skim::row_scores in{.row = r,
+                                .scores = scores,
+                                .prior = a.prior.empty() ? std::span<const float>{}
+                                                         : a.prior.subspan(static_cast<std::size_t>(r.row * stride),
+                                                                           static_cast<std::size_t>(stride))};
+      std::int32_t count = 0;
+      SKIM_TRY(selector.select_row(in, ids, count, select_ws));
+      std::fill(ids.begin() + count, ids.end(), skim::index::mutable_block_table::pad);
+      a.selected.count[static_cast<std::size_t>(r.row)] = count;
+      t.score += std::chrono::duration<double>(tm - ts).count();
+      t.select += detail::seconds_since(tm);
+      return skim::status::success();
+    }));
+
+    t0 = clock::now();
+    const skim::index::block_table selected = a.selected;
+    SKIM_TRY(executor.run(skim::attention_args<TQ, KV, skim::index::block_table, TO>{
+                              .prob = p, .q = a.q, .kv = a.kv, .index = selected, .o = a.o, .lse = a.lse},
+                          workspace));
+    t.execute = detail::seconds_since(t0);
+    if (times != nullptr) *times = t;
+    return skim::status::success();
+  }
+};
+
+struct vertical_slash_pipeline {
+  struct storage {
+    std::vector<std::int32_t> row_ptr, col_idx;
+  };
+
+  skim::index::vertical_slash_options options{};
+  skim::exec::scalar executor{};
+  storage* csr = nullptr;  // sized by run()
+  static constexpr bool share_heads = false;
+
+  [[nodiscard]] std::int64_t summary_floats(const skim::problem&) const noexcept { return 0; }
+  [[nodiscard]] std::int32_t table_width(const skim::problem& p) const noexcept { return p.max_kv_blocks(); }
+  [[nodiscard]] std::int64_t selected_rows(const skim::problem& p) const noexcept { return p.index_rows(); }
+  [[nodiscard]] std::size_t workspace_bytes(const skim::problem& p) const noexcept {
+    if (!skim::validate(p).ok()) return 0;
+    return std::max(skim::index::vertical_slash_workspace_bytes(p, options), executor.workspace_bytes(p));
+  }
+  [[nodiscard]] skim::status can_implement(const skim::problem& p) const noexcept {
+    SKIM_TRY(skim::validate(p));
+    SKIM_TRY(options.validate());
+    return executor.can_implement(p);
+  }
+
+  template <class TQ, class KV, class TO>
+  [[nodiscard]] skim::status run(const skim::pipeline_args<TQ, KV, TO>& a, std::span<std::byte> workspace,
+                                 skim::stage_times* times) const noexcept {
+    using clock = std::chrono::steady_clock;
+    const skim::problem& p = a.prob;
+    SKIM_TRY(can_implement(p));
+    csr->row_ptr.resize(static_cast<std::size_t>(p.index_rows()) + 1);
+    csr->col_idx.resize(static_cast<std::size_t>(skim::index::vertical_slash_capacity(p, options)));
+    skim::stage_times t;
+
+    auto t0 = clock::now();
+    SKIM_TRY(skim::index::build_vertical_slash(p, a.q, a.kv.k, options,
+                                               skim::index::mutable_block_csr{csr->row_ptr, csr->col_idx}, workspace));
+    t.score = detail::seconds_since(t0);
+
+    t0 = clock::now();
+    const skim::index::block_csr index{csr->row_ptr, csr->col_idx};
+    SKIM_TRY(skim::index::to_block_table(p, index, a.selected.width, a.selected.ids, a.selected.count));
+    t.select = detail::seconds_since(t0);
+
+    t0 = clock::now();
+    SKIM_TRY(executor.run(skim::attention_args<TQ, KV, skim::index::block_csr, TO>{
+                              .prob = p, .q = a.q, .kv = a.kv, .index = index, .o = a.o, .lse = a.lse},
+                          workspace));
+    t.execute = detail::seconds_since(t0);
+    if (times != nullptr) *times = t;
+    return skim::status::success();
+  }
+};
+
+}  // namespace skim_eval
