@@ -7,7 +7,7 @@
 //   index/cuda/      the device indices (stored tables and CSR, sink, sliding window, causal_all, unions)
 //   summarize/cuda/  max_bound and multi_centroid summaries: batch build, per-step append
 //   route/cuda/      decode_router (score kernel) — select/cuda/: its select kernel
-//   exec/cuda/       the decode and prefill executors
+//   exec/cuda/       the decode and prefill executors, and token_decode over a token list
 //   decode_step.cuh  an engine's routed decode step in one object
 // Needs nvcc (CUDA C++20); the host header self-check does not compile this file.
 
@@ -25,4 +25,5 @@
 #include "skim/select/cuda/select_kernel.cuh"
 #include "skim/exec/cuda/prefill.cuh"
 #include "skim/exec/cuda/decode.cuh"
+#include "skim/exec/cuda/token_decode.cuh"
 #include "skim/decode_step.cuh"

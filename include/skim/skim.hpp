@@ -34,6 +34,7 @@
 #include "skim/index/order.hpp"
 #include "skim/index/sink.hpp"
 #include "skim/index/sliding_window.hpp"
+#include "skim/index/token_list.hpp"
 #include "skim/index/transpose.hpp"
 #include "skim/index/vertical_slash.hpp"
 
@@ -53,9 +54,11 @@
 #include "skim/select/select_all.hpp"
 #include "skim/select/threshold.hpp"
 #include "skim/select/top_k.hpp"
+#include "skim/select/top_tokens.hpp"
 
 #include "skim/exec/cpu/reference.hpp"
 #include "skim/exec/cpu/scalar.hpp"
+#include "skim/exec/cpu/token_gather.hpp"
 #include "skim/exec/cpu/simd.hpp"  // simd<Arch> for the archs this translation unit is compiled for
 
 #include "skim/metrics/cost.hpp"

@@ -142,10 +142,11 @@ struct basic_state {
   std::span<count_type> counts{};           // [.., heads_kv, C]
   std::span<count_type> membership{};       // [blocks, heads_kv, C]
 
-  // A writable state reads as a read-only one.
-  constexpr operator basic_state<const float>() const noexcept
-    requires(!std::is_const_v<T>)
-  {
+  // A writable state reads as a read-only one. (A template, so that the read-only instantiation
+  // does not declare a conversion to itself.)
+  template <class U = T>
+    requires(!std::is_const_v<U>)
+  constexpr operator basic_state<const U>() const noexcept {
     return {clusters, centroids, counts, membership};
   }
 };
