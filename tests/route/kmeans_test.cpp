@@ -944,7 +944,7 @@ TEST_CASE("route::kmeans statuses name the bad value and its place") {
   row_info r = good;
   r.visible_blocks = 2;
   expect(router.score_row(p, r, c.q_view(), st.cview(), one, rws.span()), status_code::invalid_argument,
-         "row 3: geometry (queries [4, 8), 2 visible of 3 kv blocks) differs from make_row_info's ([4, 8), 3 of 3)");
+         "row 3: geometry (queries [4, 8), 10 keys, 2 visible of 3 kv blocks) differs from make_row_info's ([4, 8), 10, 3 of 3)");
   cs = st.cview();
   cs.centroids = cs.centroids.first(40);
   expect(router.score_row(p, good, c.q_view(), cs, one, rws.span()), status_code::shape_mismatch,

@@ -553,7 +553,7 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   r = good;
   r.visible_blocks = 2;
   expect(router.score_row<S>(c.p, r, c.q_view(), records, one, ws.span()), status_code::invalid_argument,
-         "row 3: geometry (queries [4, 8), 2 visible of 3 kv blocks) differs from make_row_info's ([4, 8), 3 of 3)");
+         "row 3: geometry (queries [4, 8), 10 keys, 2 visible of 3 kv blocks) differs from make_row_info's ([4, 8), 10, 3 of 3)");
   expect(router.score_row<S>(c.p, good, c.q_view(), std::span(records).first(53), one, ws.span()),
          status_code::shape_mismatch,
          "records of sequence 0 has 53 floats, needs 54 (3 kv blocks x 2 kv heads x 9 floats) for row 3");

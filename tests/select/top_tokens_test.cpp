@@ -337,7 +337,7 @@ TEST_CASE("select::top_tokens: bad parameters and input give exact statuses") {
   row_info lying = r1;
   lying.kv_len = 20;  // another sequence's length: would read past the sequence
   check_error(good.select_row(p, lying, rc.q_view(), rc.contiguous(), out, n, ws.bytes), status_code::invalid_argument,
-              "row 1: geometry (queries [0, 1), 20 keys) differs from make_row_info's ([0, 1), 7)");
+              "row 1: geometry (queries [0, 1), 20 keys, 1 visible of 1 kv blocks) differs from make_row_info's ([0, 1), 7, 1 of 1)");
   CHECK(n == 0);
   row_info far = r1;
   far.seq = 2;

@@ -205,6 +205,34 @@ struct row_info {
   return r;
 }
 
+// Checks that a caller's row_info is the row make_row_info gives for its (seq, q_block, head): a
+// stage handed one row (a router's score_row, a selector's select_row) trusts its geometry (query
+// range, keys, visible blocks) to stay inside the sequence's Q and K/V. O(1). @pre validate(p) is ok.
+[[nodiscard]] inline status check_row(const problem& p, const row_info& r) noexcept {
+  if (r.seq < 0 || r.seq >= p.batch()) {
+    return status::error(status_code::invalid_argument, "row %lld: sequence %d out of [0, %d)",
+                         static_cast<long long>(r.row), r.seq, p.batch());
+  }
+  if (r.q_block < 0 || r.q_block >= p.q_blocks(r.seq)) {
+    return status::error(status_code::invalid_argument, "row %lld: query block %d out of [0, %d) of sequence %d",
+                         static_cast<long long>(r.row), r.q_block, p.q_blocks(r.seq), r.seq);
+  }
+  if (r.head < 0 || r.head >= p.index_heads()) {
+    return status::error(status_code::invalid_argument, "row %lld: index head %d out of [0, %d)",
+                         static_cast<long long>(r.row), r.head, p.index_heads());
+  }
+  const row_info e = make_row_info(p, 0, r.seq, r.q_block, r.head);
+  if (r.q_begin != e.q_begin || r.q_end != e.q_end || r.kv_len != e.kv_len || r.kv_blocks != e.kv_blocks ||
+      r.visible_blocks != e.visible_blocks || r.full_blocks != e.full_blocks || r.causal_offset != e.causal_offset) {
+    return status::error(status_code::invalid_argument,
+                         "row %lld: geometry (queries [%d, %d), %d keys, %d visible of %d kv blocks) differs from "
+                         "make_row_info's ([%d, %d), %d, %d of %d)",
+                         static_cast<long long>(r.row), r.q_begin, r.q_end, r.kv_len, r.visible_blocks, r.kv_blocks,
+                         e.q_begin, e.q_end, e.kv_len, e.visible_blocks, e.kv_blocks);
+  }
+  return status::success();
+}
+
 // Calls f(row_info) for every index row in row order. f may return void or status; a failed
 // status stops the walk and is returned.
 template <class F>

@@ -616,7 +616,7 @@ struct kmeans_router {
     SKIM_TRY(validate(p));
     SKIM_TRY(can_implement(p));
     SKIM_TRY(check_view(q, p.tokens_q(), p.heads_q, p.head_dim, "Q"));
-    SKIM_TRY(detail::check_row(p, r));
+    SKIM_TRY(check_row(p, r));
     SKIM_TRY(kmeans::detail::check_clusters(seq_state.clusters));
     const kmeans::layout l = kmeans::make_layout(p, seq_state.clusters);
     SKIM_TRY(kmeans::detail::check_spans(seq_state, l.sequence_centroid_floats(), l.sequence_counts(),

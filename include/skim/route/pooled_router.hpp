@@ -90,33 +90,6 @@ namespace detail {
 
 inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
-// Checks that a caller's row_info is the row make_row_info gives for its (seq, q_block, head): the
-// scoring trusts its geometry (query range, visible blocks) to stay inside Q and the records.
-[[nodiscard]] inline status check_row(const problem& p, const row_info& r) noexcept {
-  if (r.seq < 0 || r.seq >= p.batch()) {
-    return status::error(status_code::invalid_argument, "row %lld: sequence %d out of [0, %d)",
-                         static_cast<long long>(r.row), r.seq, p.batch());
-  }
-  if (r.q_block < 0 || r.q_block >= p.q_blocks(r.seq)) {
-    return status::error(status_code::invalid_argument, "row %lld: query block %d out of [0, %d) of sequence %d",
-                         static_cast<long long>(r.row), r.q_block, p.q_blocks(r.seq), r.seq);
-  }
-  if (r.head < 0 || r.head >= p.index_heads()) {
-    return status::error(status_code::invalid_argument, "row %lld: index head %d out of [0, %d)",
-                         static_cast<long long>(r.row), r.head, p.index_heads());
-  }
-  const row_info e = make_row_info(p, 0, r.seq, r.q_block, r.head);
-  if (r.q_begin != e.q_begin || r.q_end != e.q_end || r.kv_len != e.kv_len || r.kv_blocks != e.kv_blocks ||
-      r.visible_blocks != e.visible_blocks || r.full_blocks != e.full_blocks || r.causal_offset != e.causal_offset) {
-    return status::error(status_code::invalid_argument,
-                         "row %lld: geometry (queries [%d, %d), %d visible of %d kv blocks) differs from "
-                         "make_row_info's ([%d, %d), %d of %d)",
-                         static_cast<long long>(r.row), r.q_begin, r.q_end, r.visible_blocks, r.kv_blocks, e.q_begin,
-                         e.q_end, e.visible_blocks, e.kv_blocks);
-  }
-  return status::success();
-}
-
 }  // namespace detail
 
 struct pooled_router {
@@ -167,7 +140,7 @@ struct pooled_router {
     SKIM_TRY(validate(p));
     SKIM_TRY(can_implement(p));
     SKIM_TRY(check_view(q, p.tokens_q(), p.heads_q, p.head_dim, "Q"));
-    SKIM_TRY(detail::check_row(p, r));
+    SKIM_TRY(check_row(p, r));
     const std::int64_t rf = S::record_floats(p.head_dim);
     const std::int64_t needed = static_cast<std::int64_t>(r.kv_blocks) * p.heads_kv * rf;
     if (seq_records.size() < static_cast<std::size_t>(needed)) {

@@ -63,28 +63,6 @@ namespace skim::select {
 
 namespace top_tokens_detail {
 
-// Checks that a caller's row_info is the row make_row_info gives (the scoring trusts its geometry).
-[[nodiscard]] inline status check_row(const problem& p, const row_info& r) noexcept {
-  if (r.seq < 0 || r.seq >= p.batch()) {
-    return status::error(status_code::invalid_argument, "row %lld: sequence %d out of [0, %d)",
-                         static_cast<long long>(r.row), r.seq, p.batch());
-  }
-  if (r.q_block < 0 || r.q_block >= p.q_blocks(r.seq)) {
-    return status::error(status_code::invalid_argument, "row %lld: query block %d out of [0, %d) of sequence %d",
-                         static_cast<long long>(r.row), r.q_block, p.q_blocks(r.seq), r.seq);
-  }
-  if (r.head < 0 || r.head >= p.index_heads()) {
-    return status::error(status_code::invalid_argument, "row %lld: index head %d out of [0, %d)",
-                         static_cast<long long>(r.row), r.head, p.index_heads());
-  }
-  const row_info e = make_row_info(p, 0, r.seq, r.q_block, r.head);
-  if (r.q_begin != e.q_begin || r.q_end != e.q_end || r.kv_len != e.kv_len || r.causal_offset != e.causal_offset) {
-    return status::error(status_code::invalid_argument,
-                         "row %lld: geometry (queries [%d, %d), %d keys) differs from make_row_info's ([%d, %d), %d)",
-                         static_cast<long long>(r.row), r.q_begin, r.q_end, r.kv_len, e.q_begin, e.q_end, e.kv_len);
-  }
-  return status::success();
-}
 
 // The most keys any row of p sees: the longest sequence's key count.
 [[nodiscard]] inline std::int32_t max_keys(const problem& p) noexcept {
@@ -139,7 +117,7 @@ struct top_tokens {
                                   std::span<std::byte> workspace) const noexcept {
     count = 0;
     SKIM_TRY(check_inputs(p, q, k, workspace));
-    SKIM_TRY(top_tokens_detail::check_row(p, r));
+    SKIM_TRY(check_row(p, r));
     const std::int32_t needed = row_count(index::row_visible_keys(r, p.mask));
     if (static_cast<std::size_t>(needed) > out.size()) {
       count = needed;

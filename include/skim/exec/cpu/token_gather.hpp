@@ -41,6 +41,7 @@
 #include "skim/core/problem.hpp"
 #include "skim/core/softmax_state.hpp"
 #include "skim/core/status.hpp"
+#include "skim/exec/cpu/scalar.hpp"
 #include "skim/core/views.hpp"
 #include "skim/core/workspace.hpp"
 #include "skim/index/causal_all.hpp"
@@ -95,38 +96,6 @@ struct tiles {
   }
 };
 
-// s[0, n) = q · kt[:, 0, n): a reduction-free loop over keys per dimension (vectorisable).
-SKIM_FORCEINLINE void score_keys(const float* SKIM_RESTRICT q, const float* SKIM_RESTRICT kt, std::size_t key_stride,
-                                 std::int32_t dim, std::int32_t n, float* SKIM_RESTRICT s) noexcept {
-  for (std::int32_t j = 0; j < n; ++j) s[j] = 0.0f;
-  for (std::int32_t e = 0; e < dim; ++e) {
-    const float qe = q[e];
-    const float* SKIM_RESTRICT k = kt + static_cast<std::size_t>(e) * key_stride;
-    for (std::int32_t j = 0; j < n; ++j) s[j] += qe * k[j];
-  }
-}
-
-// Folds scores s[0, n) (n > 0) into the row's state and u = alpha·u + Σ p_j v_j.
-SKIM_FORCEINLINE void fold(softmax_state& st, float* SKIM_RESTRICT s, std::int32_t n, const float* SKIM_RESTRICT v,
-                           std::size_t dim_stride, std::int32_t dim, float* SKIM_RESTRICT u) noexcept {
-  float tile_max = s[0];
-  for (std::int32_t j = 1; j < n; ++j) tile_max = s[j] > tile_max ? s[j] : tile_max;
-  const float m = st.m > tile_max ? st.m : tile_max;
-  const float alpha = std::exp(st.m - m);  // 0 on the row's first tile (st.m = -inf, m finite)
-  float sum = 0.0f;
-  for (std::int32_t j = 0; j < n; ++j) {
-    s[j] = std::exp(s[j] - m);
-    sum += s[j];
-  }
-  st.m = m;
-  st.l = alpha * st.l + sum;
-  for (std::int32_t e = 0; e < dim; ++e) u[e] *= alpha;
-  for (std::int32_t j = 0; j < n; ++j) {
-    const float pj = s[j];
-    const float* SKIM_RESTRICT vj = v + static_cast<std::size_t>(j) * dim_stride;
-    for (std::int32_t e = 0; e < dim; ++e) u[e] += pj * vj[e];
-  }
-}
 
 }  // namespace token_gather_detail
 
@@ -215,9 +184,9 @@ struct token_gather {
         if (n == 0) continue;
         for (std::int32_t hh = 0; hh < heads; ++hh) {
           const std::size_t r = static_cast<std::size_t>(hh * queries + qq);
-          token_gather_detail::score_keys(t.q.data() + r * t.dim_stride, t.kt.data(), t.key_stride, dim, n, t.s.data());
-          token_gather_detail::fold(t.state[r], t.s.data(), n, t.v.data(), t.dim_stride, dim,
-                                    t.u.data() + r * t.dim_stride);
+          scalar_detail::score_row(t.q.data() + r * t.dim_stride, t.kt.data(), t.key_stride, dim, n, t.s.data());
+          scalar_detail::softmax_row(t.state[r], t.s.data(), n, t.v.data(), t.dim_stride, dim,
+                                     t.u.data() + r * t.dim_stride);
         }
       }
     }
