@@ -363,7 +363,10 @@ void build_head(const problem& p, const Kv& kv, std::int32_t b, std::int32_t h, 
   const std::int64_t cd = static_cast<std::int64_t>(C) * d;
   float* centroids = seq.centroids.data() + h * cd;
   std::int32_t* counts = seq.counts.data() + static_cast<std::int64_t>(h) * C;
-  std::int32_t* membership = seq.membership.data() + static_cast<std::int64_t>(h) * C;  // block j at j·heads_kv·C
+  // Block j's row at j·heads_kv·C. A sequence without blocks may hold an empty (null) span: no
+  // arithmetic on it.
+  std::int32_t* membership =
+      seq.membership.empty() ? nullptr : seq.membership.data() + static_cast<std::int64_t>(h) * C;
   const std::int64_t block_stride = static_cast<std::int64_t>(p.heads_kv) * C;
   const std::int32_t blocks = p.kv_blocks(b);
   for (std::int32_t j = 0; j < blocks; ++j) {
@@ -715,7 +718,8 @@ struct kmeans_router {
     const std::int32_t first_head = p.scope == index_scope::kv_head ? r.head * heads : r.head;  // query head
     const std::int32_t kv_head = p.scope == index_scope::kv_head ? r.head : r.head / p.group_size();
     const std::int64_t block_stride = static_cast<std::int64_t>(p.heads_kv) * C;
-    const std::int32_t* membership = seq.membership.data() + static_cast<std::int64_t>(kv_head) * C;
+    const std::int32_t* membership =
+        seq.membership.empty() ? nullptr : seq.membership.data() + static_cast<std::int64_t>(kv_head) * C;
     const float* centroids = seq.centroids.data() + static_cast<std::int64_t>(kv_head) * C * d;
     const std::int32_t visible = r.visible_blocks;
 
