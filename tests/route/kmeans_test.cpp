@@ -272,6 +272,10 @@ std::int32_t slow_append(slow_head& s, const std::vector<float>& key) {
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+// Bit equality of two float vectors (memcmp is not called on an empty vector's null data).
+bool same_vector_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
+}
 
 // The state's slices of (b, h) equal the slow head: centroids and counts bit for bit, membership
 // equal to the per-block histogram of the slow assignment, and the invariants of the header.
@@ -473,7 +477,7 @@ TEST_CASE("route::kmeans::append_newest equals append per sequence, and checks e
     const long allocations = counter.stop();
     REQUIRE_MESSAGE(s.ok(), show(s));
     CHECK(allocations == 0);
-    CHECK(std::memcmp(one.centroids.data(), batch.centroids.data(), one.centroids.size() * sizeof(float)) == 0);
+    CHECK(same_vector_bits(one.centroids, batch.centroids));
     CHECK(one.counts == batch.counts);
     CHECK(one.membership == batch.membership);
     // From an empty state (garbage centroids and membership), the running-mean rule of every key.
@@ -591,7 +595,7 @@ void check_router_case(std::uint32_t seed) {
   dirty_workspace clean(router.workspace_bytes(p, c.clusters), 0x00);
   std::vector<float> again(got.size(), 0.0f);
   REQUIRE(router.score(p, c.q_view(), st.cview(), again, clean.span()).ok());
-  CHECK(std::memcmp(again.data(), got.data(), got.size() * sizeof(float)) == 0);
+  CHECK(same_vector_bits(again, got));
   // score_row into a wider span: the same bits, -inf past the visible blocks.
   const km::layout l = km::make_layout(p, c.clusters);
   const status walk = for_each_row(p, [&](const row_info& r) -> status {
@@ -629,7 +633,7 @@ TEST_CASE("route::kmeans: build and its scores are deterministic whatever the wo
     const km::options opt{.iterations = 3, .seed = rng()};
     const owned_state a = build_state(c, opt, 0xff);
     const owned_state b = build_state(c, opt, 0x00);
-    CHECK(std::memcmp(a.centroids.data(), b.centroids.data(), a.centroids.size() * sizeof(float)) == 0);
+    CHECK(same_vector_bits(a.centroids, b.centroids));
     CHECK(a.counts == b.counts);
     CHECK(a.membership == b.membership);
     // build itself does not allocate (owned_state and the workspace above do, outside it).
@@ -713,7 +717,7 @@ TEST_CASE("route::kmeans::build reads paged K as it reads contiguous K") {
     dirty_workspace ws(km::build_workspace_bytes(p, c.clusters));
     const status s = km::build(p, paged, opt, got.view(), ws.span());
     REQUIRE_MESSAGE(s.ok(), show(s));
-    CHECK(std::memcmp(got.centroids.data(), want.centroids.data(), got.centroids.size() * sizeof(float)) == 0);
+    CHECK(same_vector_bits(got.centroids, want.centroids));
     CHECK(got.counts == want.counts);
     CHECK(got.membership == want.membership);
   }
