@@ -125,6 +125,67 @@ SKIM_FORCEINLINE void softmax_row(softmax_state& st, float* SKIM_RESTRICT s, std
   accumulate_row(s, v, dim_stride, dim, n, alpha, u);
 }
 
+// The query rows of one work unit (index row `row`): its query heads [first_head, first_head +
+// heads), all reading kv head kv_head, over the block's queries; unit row r = head_in_unit ·
+// queries + query, whose token is q_first + query.
+struct unit_rows {
+  std::int32_t first_head = 0;
+  std::int32_t heads = 0;
+  std::int32_t kv_head = 0;
+  std::int32_t queries = 0;
+  std::int64_t q_first = 0;
+};
+
+[[nodiscard]] inline unit_rows make_unit_rows(const problem& p, const row_info& row) noexcept {
+  const bool group_unit = p.scope == index_scope::kv_head;
+  unit_rows w;
+  w.first_head = group_unit ? row.head * p.group_size() : row.head;
+  w.heads = group_unit ? p.group_size() : 1;
+  w.kv_head = w.first_head / p.group_size();
+  w.queries = row.q_end - row.q_begin;
+  w.q_first = static_cast<std::int64_t>(p.cu_seqlens_q[row.seq]) + row.q_begin;
+  return w;
+}
+
+// Starts the unit's rows: q = scale · Q, u = 0, empty states (the workspace may hold anything).
+// q and u are [rows, dim_stride], state [rows].
+template <class Args>
+void start_unit(const Args& a, const unit_rows& w, std::size_t dim_stride, float* q, float* u,
+                softmax_state* state) noexcept {
+  const std::int32_t dim = a.prob.head_dim;
+  const float scale = a.prob.scale();
+  for (std::int32_t hh = 0; hh < w.heads; ++hh) {
+    for (std::int32_t qq = 0; qq < w.queries; ++qq) {
+      const std::size_t r = static_cast<std::size_t>(hh * w.queries + qq);
+      const typename Args::q_type* src = a.q.row(w.q_first + qq, w.first_head + hh);
+      float* dst = q + r * dim_stride;
+      for (std::int32_t e = 0; e < dim; ++e) dst[e] = to_float(src[e]) * scale;
+      float* ur = u + r * dim_stride;
+      for (std::int32_t e = 0; e < dim; ++e) ur[e] = 0.0f;
+      state[r] = softmax_state{};
+    }
+  }
+}
+
+// Ends the unit's rows: o = u / l, lse = m + log l; finish() gives o = 0, lse = -inf for a row that
+// saw no key. u is overwritten.
+template <class Args>
+void finish_unit(const Args& a, const unit_rows& w, std::size_t dim_stride, std::span<float> u,
+                 std::span<const softmax_state> state) noexcept {
+  const problem& p = a.prob;
+  const std::int32_t dim = p.head_dim;
+  for (std::int32_t hh = 0; hh < w.heads; ++hh) {
+    for (std::int32_t qq = 0; qq < w.queries; ++qq) {
+      const std::size_t r = static_cast<std::size_t>(hh * w.queries + qq);
+      std::span<float> ur = u.subspan(r * dim_stride, static_cast<std::size_t>(dim));
+      const float lse = finish(state[r], ur, ur);
+      auto* dst = a.o.row(w.q_first + qq, w.first_head + hh);
+      for (std::int32_t e = 0; e < dim; ++e) dst[e] = from_float<typename Args::o_type>(ur[e]);
+      if (!a.lse.empty()) a.lse[static_cast<std::size_t>((w.q_first + qq) * p.heads_q + w.first_head + hh)] = lse;
+    }
+  }
+}
+
 }  // namespace scalar_detail
 
 struct scalar {
@@ -169,27 +230,10 @@ struct scalar {
                                        const row_info& row) noexcept {
     const problem& p = a.prob;
     const std::int32_t dim = p.head_dim;
-    const bool group_unit = p.scope == index_scope::kv_head;
-    const std::int32_t first_head = group_unit ? row.head * p.group_size() : row.head;
-    const std::int32_t heads = group_unit ? p.group_size() : 1;
-    const std::int32_t kv_head = first_head / p.group_size();
-    const std::int32_t queries = row.q_end - row.q_begin;
-    const std::int32_t rows = heads * queries;
-    const std::int64_t q_first = static_cast<std::int64_t>(p.cu_seqlens_q[row.seq]) + row.q_begin;
-    const float scale = p.scale();
-
-    // Q tile (pre-scaled), empty states, zero accumulators (the workspace may hold anything).
-    for (std::int32_t hh = 0; hh < heads; ++hh) {
-      for (std::int32_t qq = 0; qq < queries; ++qq) {
-        const std::size_t r = static_cast<std::size_t>(hh * queries + qq);
-        const typename Args::q_type* src = a.q.row(q_first + qq, first_head + hh);
-        float* dst = t.q.data() + r * t.dim_stride;
-        for (std::int32_t e = 0; e < dim; ++e) dst[e] = to_float(src[e]) * scale;
-        float* u = t.u.data() + r * t.dim_stride;
-        for (std::int32_t e = 0; e < dim; ++e) u[e] = 0.0f;
-        t.state[r] = softmax_state{};
-      }
-    }
+    const scalar_detail::unit_rows w = scalar_detail::make_unit_rows(p, row);
+    const std::int32_t kv_head = w.kv_head, queries = w.queries;
+    const std::int32_t rows = w.heads * queries;
+    scalar_detail::start_unit(a, w, t.dim_stride, t.q.data(), t.u.data(), t.state.data());
 
     SKIM_TRY(for_each_block_id(a.index, row, [&](std::int32_t id) {
       const std::int32_t k0 = id * p.block_kv;
@@ -225,17 +269,7 @@ struct scalar {
       }
     }));
 
-    // o = u / l, lse = m + log l; finish() gives o = 0, lse = -inf for a row that saw no key.
-    for (std::int32_t hh = 0; hh < heads; ++hh) {
-      for (std::int32_t qq = 0; qq < queries; ++qq) {
-        const std::size_t r = static_cast<std::size_t>(hh * queries + qq);
-        std::span<float> u = t.u.subspan(r * t.dim_stride, static_cast<std::size_t>(dim));
-        const float lse = finish(t.state[r], u, u);
-        auto* dst = a.o.row(q_first + qq, first_head + hh);
-        for (std::int32_t e = 0; e < dim; ++e) dst[e] = from_float<typename Args::o_type>(u[e]);
-        if (!a.lse.empty()) a.lse[static_cast<std::size_t>((q_first + qq) * p.heads_q + first_head + hh)] = lse;
-      }
-    }
+    scalar_detail::finish_unit(a, w, t.dim_stride, t.u, t.state);
     return status::success();
   }
 };

@@ -141,25 +141,9 @@ struct token_gather {
                                 const row_info& row) const noexcept {
     const problem& p = a.prob;
     const std::int32_t dim = p.head_dim;
-    const bool group_unit = p.scope == index_scope::kv_head;
-    const std::int32_t first_head = group_unit ? row.head * p.group_size() : row.head;
-    const std::int32_t heads = group_unit ? p.group_size() : 1;
-    const std::int32_t kv_head = first_head / p.group_size();
-    const std::int32_t queries = row.q_end - row.q_begin;
-    const std::int64_t q_first = static_cast<std::int64_t>(p.cu_seqlens_q[row.seq]) + row.q_begin;
-    const float scale = p.scale();
-
-    for (std::int32_t hh = 0; hh < heads; ++hh) {
-      for (std::int32_t qq = 0; qq < queries; ++qq) {
-        const std::size_t r = static_cast<std::size_t>(hh * queries + qq);
-        const typename Args::q_type* src = a.q.row(q_first + qq, first_head + hh);
-        float* dst = t.q.data() + r * t.dim_stride;
-        for (std::int32_t e = 0; e < dim; ++e) dst[e] = to_float(src[e]) * scale;
-        float* u = t.u.data() + r * t.dim_stride;
-        for (std::int32_t e = 0; e < dim; ++e) u[e] = 0.0f;
-        t.state[r] = softmax_state{};
-      }
-    }
+    const scalar_detail::unit_rows w = scalar_detail::make_unit_rows(p, row);
+    const std::int32_t heads = w.heads, kv_head = w.kv_head, queries = w.queries;
+    scalar_detail::start_unit(a, w, t.dim_stride, t.q.data(), t.u.data(), t.state.data());
 
     const std::span<const std::int32_t> list = a.tokens.row(row);
     const std::int32_t visible = index::row_visible_keys(row, p.mask);
@@ -191,16 +175,7 @@ struct token_gather {
       }
     }
 
-    for (std::int32_t hh = 0; hh < heads; ++hh) {
-      for (std::int32_t qq = 0; qq < queries; ++qq) {
-        const std::size_t r = static_cast<std::size_t>(hh * queries + qq);
-        std::span<float> u = t.u.subspan(r * t.dim_stride, static_cast<std::size_t>(dim));
-        const float lse = finish(t.state[r], u, u);
-        auto* dst = a.o.row(q_first + qq, first_head + hh);
-        for (std::int32_t e = 0; e < dim; ++e) dst[e] = from_float<typename Args::o_type>(u[e]);
-        if (!a.lse.empty()) a.lse[static_cast<std::size_t>((q_first + qq) * p.heads_q + first_head + hh)] = lse;
-      }
-    }
+    scalar_detail::finish_unit(a, w, t.dim_stride, t.u, t.state);
     return status::success();
   }
 };
