@@ -30,7 +30,7 @@
 #include "skim/index/convert.hpp"
 #include "skim/index/vertical_slash.hpp"
 #include "skim/pipeline.hpp"
-#include "skim/route/kmeans.hpp"
+#include "skim/route/kmeans_router.hpp"
 #include "skim/select/reserved.hpp"
 #include "skim/select/top_k.hpp"
 

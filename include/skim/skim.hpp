@@ -48,6 +48,7 @@
 
 #include "skim/route/head_pool.hpp"
 #include "skim/route/kmeans.hpp"
+#include "skim/route/kmeans_router.hpp"
 #include "skim/route/pooled_router.hpp"
 
 #include "skim/select/reserved.hpp"

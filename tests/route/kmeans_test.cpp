@@ -22,6 +22,7 @@
 
 #include "skim/core/workspace.hpp"
 #include "skim/route/kmeans.hpp"
+#include "skim/route/kmeans_router.hpp"
 #include "skim/select/top_k.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/seed.hpp"
