@@ -152,6 +152,14 @@ status run_gather(const token_gather& e, const token_attention_args<TQ, KV, TO>&
   return e.run(a, ws.bytes);
 }
 
+// The tolerance against the double oracle. A sparse list of a few keys keeps fp32's rounding of each
+// score (about 1e-6 in the exponent at scores near 15) instead of averaging it over many keys, and when
+// those keys' values cancel the output sits at compare()'s floor: 2400 random cases reached 9.3e-6,
+// against output_tolerance's 1e-5 for fp32. Three times that leaves room; a wrong key or weight errs
+// by more than 1e-3.
+template <class TO>
+constexpr double list_tolerance = skim::test::output_tolerance<TO> + 2e-5;
+
 }  // namespace
 
 TEST_CASE_TEMPLATE("exec::token_gather: equals a double softmax over the listed tokens, random shapes", T,
@@ -184,7 +192,7 @@ TEST_CASE_TEMPLATE("exec::token_gather: equals a double softmax over the listed 
     REQUIRE_MESSAGE(st.ok(), st.message());
     const auto ref_view = strided_view<TO>::token_major(ref_o.data(), rc.tokens_q(), spec.heads_q, spec.head_dim);
     const skim::test::comparison c =
-        skim::test::compare(p, out.view, ref_view, out.lse, ref_lse, skim::test::output_tolerance<TO>);
+        skim::test::compare(p, out.view, ref_view, out.lse, ref_lse, list_tolerance<TO>);
     skim::test::check(c);
     rows_checked += c.rows;
     empty_rows += c.empty_rows;
