@@ -1,17 +1,21 @@
 #pragma once
-// skim-eval's pipelines for the routers that do not score block summaries: each has the members
-// evaluate() (run.hpp) reads from a skim::sparse_attention (can_implement, summary_floats,
-// table_width, selected_rows, workspace_bytes, run, share_heads), and runs its stages with the
-// scalar executor, so every configuration is measured and timed the same way.
+// Pipelines for the routers that do not score block summaries, shared by skim-eval and skim-llama:
+// each has the members evaluate() (run.hpp) reads from a skim::sparse_attention (can_implement,
+// summary_floats, table_width, selected_rows, workspace_bytes, run, share_heads), so every
+// configuration is measured and timed the same way. Selector and executor are template parameters
+// (skim-eval: reserved<top_k> and the scalar executor; skim-llama: its budgeted selector and its
+// executor).
 //
-//  - kmeans_pipeline: stage 1 clusters each layer's keys (route::kmeans::build), stage 2 scores
-//    each row with route::kmeans_router, stage 3 selects with reserved<top_k> as the summary
-//    pipelines do, stage 5 attends over the table.
+//  - kmeans_pipeline: stage 1 keeps the k-means state of the keys as pipeline_args::mode says
+//    (build: route::kmeans::build over every key; append_newest: route::kmeans::append_newest;
+//    kept: the caller brought it up to date), stage 2 scores each row with route::kmeans_router,
+//    stage 3 selects as the summary pipelines do, stage 5 attends over the table.
 //  - vertical_slash_pipeline: index::build_vertical_slash estimates the pattern and writes a CSR
 //    (reported as the score stage), converted to the block table evaluate() measures (the select
 //    stage), then the same execution.
 // Their state (centroids, counts, membership; the CSR) lives in storage the caller keeps for the
-// configuration's run; summary_floats is 0 (evaluate()'s summaries span goes unused).
+// configuration's run, grown by run() when a shape needs more (a tool's convenience: an engine
+// sizes it once); summary_floats is 0 (pipeline_args::summaries goes unused).
 
 #include <algorithm>
 #include <chrono>
@@ -42,20 +46,43 @@ namespace detail {
 }
 }  // namespace detail
 
-struct kmeans_pipeline {
-  struct storage {
-    std::vector<float> centroids;
-    std::vector<std::int32_t> counts, membership;
-  };
+// The k-means state of kmeans_pipeline (route::kmeans::layout: a batch state, or one sequence's
+// with membership room for the blocks still to come).
+struct kmeans_storage {
+  std::vector<float> centroids;
+  std::vector<std::int32_t> counts, membership;
+  // Grows the spans to the layout of (p, clusters), keeping what they hold (membership is
+  // block-major, so a sequence's existing blocks stay where they are).
+  void fit(const skim::problem& p, std::int32_t clusters) {
+    const skim::route::kmeans::layout l = skim::route::kmeans::make_layout(p, clusters);
+    grow(centroids, l.centroid_floats());
+    grow(counts, l.count_entries());
+    grow(membership, l.membership_entries());
+  }
+  [[nodiscard]] skim::route::kmeans::state view(std::int32_t clusters) {
+    return {clusters, centroids, counts, membership};
+  }
 
+ private:
+  template <class T>
+  static void grow(std::vector<T>& v, std::int64_t n) {
+    if (v.size() < static_cast<std::size_t>(n)) v.resize(static_cast<std::size_t>(n));
+  }
+};
+
+struct vertical_slash_storage {
+  std::vector<std::int32_t> row_ptr, col_idx;
+};
+
+template <class Selector = skim::select::reserved<skim::select::top_k>, class Executor = skim::exec::scalar>
+struct kmeans_pipeline {
   skim::route::kmeans_router router{};
-  skim::select::reserved<skim::select::top_k> selector{};
+  Selector selector{};
   skim::route::kmeans::options build_options{};
   std::int32_t clusters = 32;
-  skim::exec::scalar executor{};
-  storage* state = nullptr;  // sized by run() on first use of a shape
+  Executor executor{};
+  kmeans_storage* state = nullptr;  // grown by run() to the problem's layout
   static constexpr bool share_heads = false;
-
   [[nodiscard]] std::int64_t summary_floats(const skim::problem&) const noexcept { return 0; }
   [[nodiscard]] std::int32_t table_width(const skim::problem& p) const noexcept {
     return skim::select::max_count(selector, p);
@@ -87,14 +114,23 @@ struct kmeans_pipeline {
     const skim::problem& p = a.prob;
     SKIM_TRY(can_implement(p));
     const skim::route::kmeans::layout l = skim::route::kmeans::make_layout(p, clusters);
-    state->centroids.resize(static_cast<std::size_t>(l.centroid_floats()));
-    state->counts.resize(static_cast<std::size_t>(l.count_entries()));
-    state->membership.resize(static_cast<std::size_t>(l.membership_entries()));
-    const skim::route::kmeans::state s{clusters, state->centroids, state->counts, state->membership};
+    state->fit(p, clusters);
+    const skim::route::kmeans::state s = state->view(clusters);
     skim::stage_times t;
 
     auto t0 = clock::now();
-    SKIM_TRY(skim::route::kmeans::build(p, a.kv, build_options, s, workspace));
+    switch (a.mode) {
+      case skim::summaries_mode::build: SKIM_TRY(skim::route::kmeans::build(p, a.kv, build_options, s, workspace)); break;
+      case skim::summaries_mode::append_newest: {
+        if (p.batch() != 1) {
+          return skim::status::error(skim::status_code::invalid_argument,
+                                     "kmeans_pipeline appends one sequence's key, got a batch of %d", p.batch());
+        }
+        SKIM_TRY(skim::route::kmeans::append_newest(p, a.kv, std::span<const skim::route::kmeans::state>(&s, 1)));
+        break;
+      }
+      case skim::summaries_mode::kept: break;
+    }
     t.summarize = detail::seconds_since(t0);
 
     skim::workspace_arena arena(workspace);
@@ -134,14 +170,11 @@ struct kmeans_pipeline {
   }
 };
 
+template <class Executor = skim::exec::scalar>
 struct vertical_slash_pipeline {
-  struct storage {
-    std::vector<std::int32_t> row_ptr, col_idx;
-  };
-
   skim::index::vertical_slash_options options{};
-  skim::exec::scalar executor{};
-  storage* csr = nullptr;  // sized by run()
+  Executor executor{};
+  vertical_slash_storage* csr = nullptr;  // grown by run()
   static constexpr bool share_heads = false;
 
   [[nodiscard]] std::int64_t summary_floats(const skim::problem&) const noexcept { return 0; }
@@ -163,17 +196,20 @@ struct vertical_slash_pipeline {
     using clock = std::chrono::steady_clock;
     const skim::problem& p = a.prob;
     SKIM_TRY(can_implement(p));
-    csr->row_ptr.resize(static_cast<std::size_t>(p.index_rows()) + 1);
-    csr->col_idx.resize(static_cast<std::size_t>(skim::index::vertical_slash_capacity(p, options)));
+    const auto rows = static_cast<std::size_t>(p.index_rows()) + 1;
+    const auto ids = static_cast<std::size_t>(skim::index::vertical_slash_capacity(p, options));
+    if (csr->row_ptr.size() < rows) csr->row_ptr.resize(rows);
+    if (csr->col_idx.size() < ids) csr->col_idx.resize(ids);
+    const std::span<std::int32_t> row_ptr = std::span(csr->row_ptr).first(rows), col_idx = std::span(csr->col_idx).first(ids);
     skim::stage_times t;
 
     auto t0 = clock::now();
     SKIM_TRY(skim::index::build_vertical_slash(p, a.q, a.kv.k, options,
-                                               skim::index::mutable_block_csr{csr->row_ptr, csr->col_idx}, workspace));
+                                               skim::index::mutable_block_csr{row_ptr, col_idx}, workspace));
     t.score = detail::seconds_since(t0);
 
     t0 = clock::now();
-    const skim::index::block_csr index{csr->row_ptr, csr->col_idx};
+    const skim::index::block_csr index{row_ptr, col_idx};
     SKIM_TRY(skim::index::to_block_table(p, index, a.selected.width, a.selected.ids, a.selected.count));
     t.select = detail::seconds_since(t0);
 

@@ -336,8 +336,8 @@ template <class Summarizer>
   const config& c = out.cfg;
   const std::int32_t kv_blocks = (in.shape.tokens + c.block - 1) / c.block;
   out.dynamic_k = dynamic_k_for(c, kv_blocks);
-  kmeans_pipeline::storage state;
-  const kmeans_pipeline pipe{.router = {.probe = c.probe, .pool = c.pool},
+  kmeans_storage state;
+  const kmeans_pipeline<> pipe{.router = {.probe = c.probe, .pool = c.pool},
                              .selector = {.sink = c.sink, .local = c.local, .recency = c.recency,
                                           .importance = c.importance, .dynamic = {.k = out.dynamic_k}},
                              .build_options = {.iterations = c.iterations},
@@ -348,8 +348,8 @@ template <class Summarizer>
 
 [[nodiscard]] inline outcome evaluate_vertical_slash(const inputs& in, const options& o, config_result& out) {
   const config& c = out.cfg;
-  vertical_slash_pipeline::storage csr;
-  const vertical_slash_pipeline pipe{.options = {.columns = c.columns, .diagonals = c.diagonals, .sink_blocks = c.sink,
+  vertical_slash_storage csr;
+  const vertical_slash_pipeline<> pipe{.options = {.columns = c.columns, .diagonals = c.diagonals, .sink_blocks = c.sink,
                                                  .window_blocks = c.local, .last_q = c.last_q},
                                      .csr = &csr};
   return evaluate(in, o, pipe, out);

@@ -17,6 +17,8 @@
 //             selected_mass of layer l - 1's selection and LSE, layer 0 takes none). What a spec
 //             leaves out is skim::defaults' (skim/defaults.hpp): blocks of 4 keys, mean_pool, the
 //             group's scores summed, one selection per kv head, sink 1 and local 8;
+//             router=kmeans, router=vertical_slash and router=tokens swap the summaries for the
+//             k-means, vertical-slash and token-level families (family_backends.hpp);
 //  - recency: the same pipeline with reserved<budgeted{newest}>: sink + the newest blocks;
 //  - random:  reserved<budgeted{random}>: sink + newest + random blocks at the same budget;
 //  - oracle:  blocks ranked by the true mass they receive (dense attention over the call's own Q and
@@ -32,6 +34,10 @@
 //   policy=skim,summarizer=mean_pool,block=16,budget=0.25,sink=1,local=8,scope=kv,reduce=sum
 //   policy=oracle,block=8,budget=0.125,sink=0,recency=0,scope=query
 //   policy=dense,evict=attention_mass,keep=0.5,block=16
+//   policy=skim,router=kmeans,clusters=64,probe=8,budget=0.125
+//   policy=skim,router=vertical_slash,block=16,columns=32,diagonals=128
+//   policy=skim,router=tokens,budget=0.125
+// The options, statistics, per-layer state and the dense backend are in backend.hpp.
 
 #include <algorithm>
 #include <chrono>
@@ -44,7 +50,9 @@
 #include <vector>
 
 #include "eval/options.hpp"
+#include "llama/backend.hpp"
 #include "llama/block_mass.hpp"
+#include "llama/family_backends.hpp"
 #include "llama/forward.hpp"
 #include "llama/model.hpp"
 #include "llama/selectors.hpp"
@@ -68,37 +76,8 @@
 #include "skim/summarize/multi_centroid.hpp"
 #include "skim/summarize/lsh_buckets.hpp"
 #include "skim/summarize/probe_max.hpp"
-#if __has_include("skim/exec/cpu/simd.hpp")
-#include "skim/exec/cpu/simd.hpp"
-#define SKIM_LLAMA_HAS_SIMD 1
-#endif
 
 namespace skim_llama {
-
-enum class attention_policy : std::uint8_t { dense, skim, recency, random, oracle };
-enum class executor_kind : std::uint8_t { scalar, simd };
-enum class eviction : std::uint8_t { none, attention_mass, recency, summary_score };
-
-struct engine_options {
-  attention_policy policy = attention_policy::dense;
-#ifdef SKIM_LLAMA_HAS_SIMD
-  executor_kind exec = executor_kind::simd;  // exec=scalar in a spec for the portable executor
-#else
-  executor_kind exec = executor_kind::scalar;
-#endif
-  skim_eval::config sparse{};   // summarizer, block, bq, select, k | budget, threshold, sink, local, recency, pool, reduce, scope
-  std::uint64_t seed = 1;       // random baseline
-  eviction evict = eviction::none;
-  double keep = 0.5;            // eviction: share of each (layer, kv head)'s blocks kept
-  std::int32_t evict_sink = 1, evict_newest = 1;
-  std::int32_t evict_queries = 8;  // summary_score: recent queries per kv head group
-  std::int32_t page_size = 16;
-  std::int32_t dense_layers = 0;  // the first N layers attend densely whatever the policy
-  std::int32_t threads = 1;     // projections, classifier and the dense executor (not part of a spec)
-  bool measure = false;         // sparse policies: measure each selection's coverage of the true mass (stats.coverage)
-  std::int32_t measure_from = 0;  // ... for queries at positions >= this
-  std::string spec;             // as given
-};
 
 // Parses an attention spec (header comment) into out. Returns "" or the error.
 [[nodiscard]] inline std::string parse_attention(std::string_view spec, engine_options& out) {
@@ -106,6 +85,8 @@ struct engine_options {
   o.spec = std::string(spec);
   std::string rest;
   bool budget_given = false, bq_given = false, block_given = false;
+  // router=vertical_slash selects by its own counts (no budget), router=tokens is the engine's own.
+  const bool vertical_slash = spec.find("router=vertical_slash") != std::string_view::npos;
   std::size_t pos = 0;
   while (pos < spec.size()) {
     const std::size_t comma = std::min(spec.find(',', pos), spec.size());
@@ -135,6 +116,8 @@ struct engine_options {
     } else if (key == "seed") {
       if (!number(0, 1e18, v)) return "attention '" + o.spec + "': bad seed";
       o.seed = static_cast<std::uint64_t>(v);
+    } else if (key == "router" && value == "tokens") {
+      o.tokens = true;
     } else if (key == "evict") {
       if (value == "none") o.evict = eviction::none;
       else if (value == "attention_mass" || value == "mass") o.evict = eviction::attention_mass;
@@ -158,10 +141,18 @@ struct engine_options {
       rest += (rest.empty() ? "" : ",") + std::string(item);
     }
   }
-  if (!budget_given) rest += (rest.empty() ? "" : ",") + std::string("budget=1");
+  if (!budget_given && !vertical_slash) rest += (rest.empty() ? "" : ",") + std::string("budget=1");
   if (!block_given) rest.append(",block=").append(std::to_string(skim::defaults::block_kv));  // skim-eval's default, kept explicit
   if (const std::string e = skim_eval::parse_config(rest, o.sparse); !e.empty()) return "attention '" + o.spec + "': " + e;
-  if (!bq_given) o.sparse.bq = 1;  // each query picks its own blocks, as in decode (skim-eval's default too)
+  if (!bq_given) o.sparse.bq = vertical_slash ? 64 : 1;  // each query picks its own blocks, as in decode (skim-eval's default too);
+                                                         // vertical-slash is a prefill pattern of query blocks
+  const bool other_router = o.tokens || o.sparse.router != skim_eval::router_kind::pooled;
+  if (other_router && o.policy != attention_policy::skim) {
+    return "attention '" + o.spec + "': router=kmeans, vertical_slash and tokens run with policy=skim";
+  }
+  if (other_router && (o.sparse.select != skim_eval::selector_kind::top_k || o.sparse.importance > 0.0f)) {
+    return "attention '" + o.spec + "': router=kmeans and tokens take budget=B or k=N (no threshold, no importance)";
+  }
   if (o.evict != eviction::none && o.policy != attention_policy::dense) {
     return "attention '" + o.spec + "': eviction runs with policy=dense (attention over the resident blocks)";
   }
@@ -172,148 +163,7 @@ struct engine_options {
   return {};
 }
 
-struct engine_stats {
-  double pairs_read = 0.0;    // (query, kv head, key) triples the index read
-  double pairs_causal = 0.0;  // the same under dense causal attention
-  double kv_read = 0.0;       // distinct (query, kv head, key) triples: the union over a group's query heads
-  double evicted_mass = 0.0;  // Σ over (decode step, layer, query head) of the true mass in evicted blocks
-  std::int64_t evicted_samples = 0;
-  skim::stage_times times;
-  coverage_stats coverage;    // engine_options::measure
-  double decode_attention_seconds = 0.0;  // wall time of attention calls of one query (decode steps)
-  std::int64_t decode_steps = 0;          // forward calls of one token
-  [[nodiscard]] double density() const { return pairs_causal > 0 ? pairs_read / pairs_causal : 1.0; }
-  // K/V read per (query, kv head) / causal keys: the bytes a decode step loads, relative to dense.
-  [[nodiscard]] double kv_density() const { return pairs_causal > 0 ? kv_read / pairs_causal : 1.0; }
-  [[nodiscard]] double eviction_loss() const { return evicted_samples > 0 ? evicted_mass / static_cast<double>(evicted_samples) : 0.0; }
-};
-
 namespace engine_detail {
-
-struct layer_state {
-  std::vector<float> summaries;  // [max_blocks, heads_kv, record_floats]
-  std::int32_t summarized = 0;   // keys appended to the summaries
-  std::vector<std::int32_t> ids, count;
-  std::vector<float> lse;
-  std::vector<float> block_mass;  // dense_block_mass of the last call (measurements, oracle)
-  std::vector<std::int32_t> top_blocks;  // ... and the blocks of each row's most probable keys
-  skim::workspace_buffer ws;
-  std::vector<float> mass, true_mass, head_mass;          // [max_blocks, heads_kv], ..., [max_blocks]
-  std::vector<std::vector<std::int32_t>> resident;        // [heads_kv] ids kept in the cache, ascending
-  std::vector<std::vector<float>> recent_q;               // [heads_kv] [<= evict_queries * group, head_dim]
-  std::vector<std::int32_t> keep_ids, evict_ids;
-  void reserve_ws(std::size_t bytes) {
-    if (ws.size() < bytes) ws = skim::workspace_buffer(bytes);
-  }
-};
-
-// What every call shares: the problem of one sequence and the paged view of this layer's cache.
-struct call {
-  std::int32_t cu_q[2] = {0, 0}, cu_kv[2] = {0, 0}, indptr[2] = {0, 0};
-  skim::problem p;
-  skim::paged_kv<float> kv;
-  skim::strided_view<const float> q;
-  skim::strided_view<float> o;
-  call(const attention_args& a, std::int32_t block_q, std::int32_t block_kv, skim::index_scope scope, std::int32_t page_size,
-       std::int32_t pages, std::span<const std::int32_t> page_table)
-      : cu_q{0, a.n_q}, cu_kv{0, a.n_kv}, indptr{0, pages} {
-    p = {.heads_q = a.heads_q, .heads_kv = a.heads_kv, .head_dim = a.head_dim, .block_q = block_q, .block_kv = block_kv,
-         .softmax_scale = a.scale, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv, .scope = scope};
-    kv = skim::paged_kv<float>::packed(a.k.data(), a.v.data(), pages, page_size, a.heads_kv, a.head_dim, indptr,
-                                       page_table.first(static_cast<std::size_t>(pages)));
-    q = skim::strided_view<const float>::token_major(a.q.data(), a.n_q, a.heads_q, a.head_dim);
-    o = skim::strided_view<float>::token_major(a.out.data(), a.n_q, a.heads_q, a.head_dim);
-  }
-  call(const call&) = delete;
-};
-
-// (query, kv head, key) triples a block table reads, over its rows.
-inline double pairs_read(const skim::problem& p, skim::index::block_table t) {
-  double n = 0;
-  (void)skim::for_each_row(p, [&](const skim::row_info& r) {
-    const double heads = p.scope == skim::index_scope::kv_head ? 1.0 : 1.0 / p.group_size();
-    for (auto c = t.cursor(r); !c.done(); c.next()) {
-      for (std::int32_t qi = r.q_begin; qi < r.q_end; ++qi) {
-        const std::int32_t vis = r.visible_keys(qi, p.mask);
-        n += heads * std::max(0, std::min((c.id() + 1) * p.block_kv, vis) - c.id() * p.block_kv);
-      }
-    }
-  });
-  return n;
-}
-// Distinct keys read per (query, kv head): under index_scope::query_head the union of the blocks the
-// group's query heads chose, which is what a decode step loads from memory (its K/V bytes).
-inline double kv_keys_read(const skim::problem& p, skim::index::block_table t) {
-  if (p.scope == skim::index_scope::kv_head) return pairs_read(p, t);
-  const std::int32_t group = p.group_size();
-  std::vector<char> mark(static_cast<std::size_t>(p.max_kv_blocks()));
-  double n = 0;
-  (void)skim::for_each_row(p, [&](const skim::row_info& r) {
-    if (r.head % group == 0) std::fill(mark.begin(), mark.end(), 0);
-    for (auto c = t.cursor(r); !c.done(); c.next()) mark[static_cast<std::size_t>(c.id())] = 1;
-    if (r.head % group != group - 1) return;
-    for (std::int32_t b = 0; b < r.visible_blocks; ++b) {
-      if (!mark[static_cast<std::size_t>(b)]) continue;
-      for (std::int32_t qi = r.q_begin; qi < r.q_end; ++qi) {
-        n += std::max(0, std::min((b + 1) * p.block_kv, r.visible_keys(qi, p.mask)) - b * p.block_kv);
-      }
-    }
-  });
-  return n;
-}
-inline double pairs_causal(const attention_args& a) {
-  double n = 0;
-  for (std::int32_t i = 0; i < a.n_q; ++i) n += i + a.n_kv - a.n_q + 1;
-  return n * a.heads_kv;
-}
-
-// Counts what a call's selection read: (query, key) pairs, distinct K/V keys, and the causal pairs.
-inline void count_reads(engine_stats& stats, const skim::problem& p, skim::index::block_table t, const attention_args& a) {
-  stats.pairs_read += pairs_read(p, t);
-  stats.kv_read += kv_keys_read(p, t);
-  stats.pairs_causal += pairs_causal(a);
-}
-// Adds a call's coverage of the true mass (block_mass / top_blocks from dense_block_mass).
-inline void count_coverage(engine_stats& stats, const engine_options& o, const skim::problem& p, skim::index::block_table t,
-                           const attention_args& a, std::span<const float> block_mass, std::span<const std::int32_t> top_blocks) {
-  stats.coverage.min_position = o.measure_from;
-  stats.coverage.add(p, t, block_mass, top_blocks, a.layer, a.n_kv - a.n_q);
-}
-
-struct backend {
-  virtual ~backend() = default;
-  [[nodiscard]] virtual skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) = 0;
-};
-
-struct shared_setup {
-  const engine_options* o = nullptr;
-  std::int32_t pages = 0;
-  std::span<const std::int32_t> page_table;
-  std::int32_t max_blocks = 0;
-};
-
-template <class Exec>
-struct dense_backend final : backend {
-  shared_setup s;
-  Exec exec{};
-  explicit dense_backend(shared_setup s_) : s(s_) {}
-  skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
-    const call c(a, 64, 64, skim::index_scope::kv_head, s.o->page_size, s.pages, s.page_table);
-    const skim::attention_args<float, skim::paged_kv<float>, skim::index::causal_all, float> args{
-        .prob = c.p, .q = c.q, .kv = c.kv, .index = {}, .o = c.o};
-    if constexpr (requires { exec.workspace_bytes(c.p, s.o->threads); }) {  // simd: items on threads
-      st.reserve_ws(exec.workspace_bytes(c.p, s.o->threads));
-      SKIM_TRY(exec.run(args, st.ws.span(), s.o->threads));
-    } else {
-      st.reserve_ws(exec.workspace_bytes(c.p));
-      SKIM_TRY(exec.run(args, st.ws.span()));
-    }
-    stats.pairs_read += pairs_causal(a);
-    stats.kv_read += pairs_causal(a);
-    stats.pairs_causal += pairs_causal(a);
-    return skim::status::success();
-  }
-};
 
 // Brings the layer's summaries up to n_kv keys; returns the mode for the pipeline.
 template <class S>
@@ -552,6 +402,25 @@ template <class Exec>
   }
   if (o.policy == attention_policy::dense) return std::make_unique<dense_backend<Exec>>(s);
   const skim::route::pooled_router router{.pool = c.pool, .reduce = c.reduce};
+  const budgeted dyn{.how = o.policy == attention_policy::skim || o.policy == attention_policy::oracle ? budgeted::rule::score
+                            : o.policy == attention_policy::recency ? budgeted::rule::newest
+                                                                    : budgeted::rule::random,
+                     .share = c.budget.value_or(1.0), .k = c.k.value_or(-1), .seed = o.seed};
+  if (o.tokens) return std::make_unique<tokens_backend>(s);
+  if (c.router == skim_eval::router_kind::kmeans) {
+    return std::make_unique<kmeans_backend<Exec>>(
+        s, typename kmeans_backend<Exec>::pipeline{
+               .router = {.probe = c.probe, .pool = c.pool},
+               .selector = {.sink = c.sink, .local = c.local, .recency = c.recency, .dynamic = dyn},
+               .build_options = {.iterations = c.iterations},
+               .clusters = c.clusters});
+  }
+  if (c.router == skim_eval::router_kind::vertical_slash) {
+    return std::make_unique<vertical_slash_backend<Exec>>(
+        s, typename vertical_slash_backend<Exec>::pipeline{
+               .options = {.columns = c.columns, .diagonals = c.diagonals, .sink_blocks = c.sink,
+                           .window_blocks = c.local, .last_q = c.last_q}});
+  }
   if (o.policy == attention_policy::skim && c.select == skim_eval::selector_kind::threshold) {
     return with_summarizer(c, [&]<class S>() -> std::unique_ptr<backend> {
       using B = sparse_backend<S, skim::select::threshold, Exec>;
@@ -561,10 +430,6 @@ template <class Exec>
                        .dynamic = {.mode = c.mode, .tau = c.tau.value_or(0.0f), .k_min = c.k_min, .k_max = c.k_max}}});
     });
   }
-  const budgeted dyn{.how = o.policy == attention_policy::skim || o.policy == attention_policy::oracle ? budgeted::rule::score
-                            : o.policy == attention_policy::recency ? budgeted::rule::newest
-                                                                    : budgeted::rule::random,
-                     .share = c.budget.value_or(1.0), .k = c.k.value_or(-1), .seed = o.seed};
   const auto make = [&]<class S>() -> std::unique_ptr<backend> {
     using B = sparse_backend<S, budgeted, Exec>;
     return std::make_unique<B>(s, typename B::pipeline{
@@ -609,7 +474,7 @@ class engine {
   // Drops the cache (a new sequence); statistics are kept.
   void reset() {
     cache_.tokens = 0;
-    for (auto& l : layers_) l.summarized = 0;
+    for (auto& l : layers_) l.summarized = 0, l.clustered = 0;
   }
   [[nodiscard]] int tokens() const { return cache_.tokens; }
   [[nodiscard]] const kv_cache& cache() const { return cache_; }

@@ -54,7 +54,11 @@ TEST_CASE("engine: dense logits match a float64 forward pass" * doctest::skip(mo
   std::vector<int> ids = tok.encode("Once upon a time, there was a little dog. He liked to run in the park with his ball.");
   REQUIRE(ids.size() >= 20);
   const std::vector<double> want = reference_logits(m, ids);
-  for (const char* s : {"dense", "policy=skim,budget=1,block=4"}) {  // prefill, with blocks
+  // Prefill, with blocks, and each routing family at a budget that keeps every key (vertical-slash:
+  // more columns than keys).
+  for (const char* s : {"dense", "policy=skim,budget=1,block=4", "policy=skim,router=kmeans,clusters=8,budget=1",
+                        "policy=skim,router=tokens,budget=1",
+                        "policy=skim,router=vertical_slash,block=4,bq=8,columns=1000,diagonals=0"}) {
     engine e(m, spec(s), static_cast<int>(ids.size()));
     std::vector<float> got(ids.size() * static_cast<std::size_t>(m.cfg.vocab_size));
     REQUIRE(e.run(ids, got).ok());
@@ -63,15 +67,25 @@ TEST_CASE("engine: dense logits match a float64 forward pass" * doctest::skip(mo
     MESSAGE(std::string(s), ": max |logit - float64 logit| = ", worst);
     CHECK(worst < 2e-3);
   }
-  // Token by token (decode path, summaries appended) gives the same logits.
-  engine e(m, spec("policy=skim,budget=1,block=4"), static_cast<int>(ids.size()));
-  std::vector<float> row(static_cast<std::size_t>(m.cfg.vocab_size));
-  double worst = 0;
-  for (std::size_t t = 0; t < ids.size(); ++t) {
-    REQUIRE(e.run(std::span<const int>(ids).subspan(t, 1), row).ok());
-    for (std::size_t j = 0; j < row.size(); ++j) worst = std::max(worst, std::abs(row[j] - want[t * row.size() + j]));
+  // Token by token (decode path: summaries, k-means state appended) gives the same logits; so does
+  // a prefill of half the tokens followed by decode steps.
+  for (const char* s : {"policy=skim,budget=1,block=4", "policy=skim,router=kmeans,clusters=8,budget=1",
+                        "policy=skim,router=tokens,budget=1"}) {
+    for (const std::size_t prefill : {std::size_t{1}, ids.size() / 2}) {
+      INFO("spec ", std::string(s), ", prefill ", prefill);
+      engine e(m, spec(s), static_cast<int>(ids.size()));
+      const auto v = static_cast<std::size_t>(m.cfg.vocab_size);
+      std::vector<float> first(prefill * v), row(v);
+      REQUIRE(e.run(std::span<const int>(ids).first(prefill), first).ok());
+      double worst = 0;
+      for (std::size_t j = 0; j < first.size(); ++j) worst = std::max(worst, std::abs(first[j] - want[j]));
+      for (std::size_t t = prefill; t < ids.size(); ++t) {
+        REQUIRE(e.run(std::span<const int>(ids).subspan(t, 1), row).ok());
+        for (std::size_t j = 0; j < v; ++j) worst = std::max(worst, std::abs(row[j] - want[t * v + j]));
+      }
+      CHECK(worst < 2e-3);
+    }
   }
-  CHECK(worst < 2e-3);
 }
 
 TEST_CASE("engine: sparse attention with a budget covering every block reproduces dense tokens" * doctest::skip(model_missing())) {
@@ -94,7 +108,10 @@ TEST_CASE("engine: recency-only, random and evicting baselines run and read less
   double dense_nll = 0;
   for (const char* s : {"dense", "policy=skim,budget=0.25,sink=1", "policy=recency,budget=0.25,sink=1",
                         "policy=random,budget=0.25,sink=1,seed=7", "policy=dense,evict=attention_mass,keep=0.5",
-                        "policy=dense,evict=recency,keep=0.5", "policy=dense,evict=summary_score,keep=0.5"}) {
+                        "policy=dense,evict=recency,keep=0.5", "policy=dense,evict=summary_score,keep=0.5",
+                        "policy=skim,router=kmeans,clusters=16,probe=2,budget=0.25",
+                        "policy=skim,router=tokens,budget=0.25",
+                        "policy=skim,router=vertical_slash,block=16,sink=1,local=1,columns=8,diagonals=8"}) {
     INFO("spec ", std::string(s));  // CAPTURE would print the pointer
     engine e(m, spec(s), static_cast<int>(ids.size()));
     std::vector<float> logits(ids.size() * static_cast<std::size_t>(m.cfg.vocab_size));
@@ -118,6 +135,11 @@ TEST_CASE("engine: bad attention specs are rejected with a message") {
   CHECK(parse_attention("policy=fancy", o).find("unknown policy") != std::string::npos);
   CHECK(parse_attention("policy=skim,evict=recency", o).find("eviction runs with policy=dense") != std::string::npos);
   CHECK(parse_attention("policy=skim,summarizer=nope", o).find("unknown summarizer") != std::string::npos);
+  CHECK(parse_attention("router=kmeans", o).find("run with policy=skim") != std::string::npos);
+  CHECK(parse_attention("policy=recency,router=tokens", o).find("run with policy=skim") != std::string::npos);
+  CHECK(parse_attention("policy=skim,router=tokens,select=threshold,tau=0", o).find("no threshold") != std::string::npos);
+  CHECK(parse_attention("policy=skim,router=kmeans,importance=0.5", o).find("no importance") != std::string::npos);
+  CHECK(parse_attention("policy=skim,router=vertical_slash,budget=0.5", o).find("vertical_slash") != std::string::npos);
   CHECK(parse_attention("policy=skim,budget=0.25", o).empty());
   CHECK(o.sparse.block == skim::defaults::block_kv);  // what a spec leaves out is skim::defaults'
   CHECK(o.sparse.bq == 1);
