@@ -92,6 +92,15 @@ struct layer_state {
   void reserve_ws(std::size_t bytes) {
     if (ws.size() < bytes) ws = skim::workspace_buffer(bytes);
   }
+  // The block table a call's selection goes into: rows × width ids and rows counts (grown, not
+  // cleared), and the call's LSE.
+  [[nodiscard]] skim::index::mutable_block_table selection(const skim::problem& p, std::int32_t width) {
+    const auto rows = static_cast<std::size_t>(p.index_rows());
+    ids.resize(rows * static_cast<std::size_t>(width));
+    count.resize(rows);
+    lse.resize(static_cast<std::size_t>(p.tokens_q()) * p.heads_q);
+    return {.ids = ids, .count = count, .width = width};
+  }
 };
 
 // What every call shares: the problem of one sequence and the paged view of this layer's cache.
@@ -165,6 +174,15 @@ inline void count_coverage(engine_stats& stats, const engine_options& o, const s
                            const attention_args& a, std::span<const float> block_mass, std::span<const std::int32_t> top_blocks) {
   stats.coverage.min_position = o.measure_from;
   stats.coverage.add(p, t, block_mass, top_blocks, a.layer, a.n_kv - a.n_q);
+}
+// What a routed call's selection read and, with engine_options::measure, its coverage of the true
+// mass (dense attention over the call's Q and K, kept in the layer's state).
+inline void count_selection(engine_stats& stats, const engine_options& o, const skim::problem& p, skim::index::block_table t,
+                            const attention_args& a, layer_state& st) {
+  count_reads(stats, p, t, a);
+  if (!o.measure) return;
+  dense_block_mass(a, p.block_kv, o.threads, st.block_mass, &st.top_blocks);
+  count_coverage(stats, o, p, t, a, st.block_mass, st.top_blocks);
 }
 
 struct backend {

@@ -199,29 +199,21 @@ struct sparse_backend final : backend {
     skim::summaries_mode mode{};
     if (st.summarized > a.n_kv - a.n_q) st.summarized = 0;  // the cache was reset
     SKIM_TRY(update_summaries<S>(c, st, a.n_kv, a.n_q, mode));
-    const std::int32_t width = std::max(pipe.table_width(c.p), 1);
+    const skim::index::mutable_block_table table = st.selection(c.p, std::max(pipe.table_width(c.p), 1));
     const auto rows = static_cast<std::size_t>(c.p.index_rows());
-    st.ids.resize(rows * static_cast<std::size_t>(width));
-    st.count.resize(rows);
-    const skim::index::mutable_block_table table{.ids = st.ids, .count = st.count, .width = width};
     // The previous layer's mass of each block is this layer's prior (importance > 0); layer 0 has none.
     const bool prior = pipe.selector.importance > 0.0f;
     const bool have_prior = prior && a.layer > 0 && carried.size() == rows * static_cast<std::size_t>(c.p.max_kv_blocks());
     pipeline p = pipe;
     if (!have_prior) p.selector.importance = 0.0f;
-    st.lse.resize(static_cast<std::size_t>(a.n_q) * a.heads_q);
     const skim::pipeline_args<float, skim::paged_kv<float>, float> args{
         .prob = c.p, .q = c.q, .kv = c.kv, .o = c.o, .lse = st.lse, .summaries = st.summaries, .mode = mode,
         .prior = have_prior ? std::span<const float>(carried) : std::span<const float>{}, .selected = table};
     skim::stage_times t;
     SKIM_TRY(p.run(args, st.ws.span(), &t));
     stats.times += t;
-    count_reads(stats, c.p, table, a);
     if (prior) selected_mass(c.p, a, table, st.lse, carried);
-    if (s.o->measure) {
-      dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass, &st.top_blocks);
-      count_coverage(stats, *s.o, c.p, table, a, st.block_mass, st.top_blocks);
-    }
+    count_selection(stats, *s.o, c.p, table, a, st);
     return skim::status::success();
   }
   std::vector<float> carried;  // [index_rows, max_kv_blocks]: the last layer's selected_mass

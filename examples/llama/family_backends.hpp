@@ -60,23 +60,14 @@ struct kmeans_backend final : backend {
         SKIM_TRY(skim::route::kmeans::append(c.p, c.kv, {.seq = 0, .position = t, .sequence = st.kmeans.view(p.clusters)}));
       }
     }
-    const std::int32_t width = std::max(p.table_width(c.p), 1);
-    const auto rows = static_cast<std::size_t>(c.p.index_rows());
-    st.ids.resize(rows * static_cast<std::size_t>(width));
-    st.count.resize(rows);
-    const skim::index::mutable_block_table table{.ids = st.ids, .count = st.count, .width = width};
-    st.lse.resize(static_cast<std::size_t>(a.n_q) * a.heads_q);
+    const skim::index::mutable_block_table table = st.selection(c.p, std::max(p.table_width(c.p), 1));
     skim::stage_times t;
     SKIM_TRY(p.run(skim::pipeline_args<float, skim::paged_kv<float>, float>{
                        .prob = c.p, .q = c.q, .kv = c.kv, .o = c.o, .lse = st.lse, .mode = mode, .selected = table},
                    st.ws.span(), &t));
     st.clustered = a.n_kv;
     stats.times += t;
-    count_reads(stats, c.p, table, a);
-    if (s.o->measure) {
-      dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass, &st.top_blocks);
-      count_coverage(stats, *s.o, c.p, table, a, st.block_mass, st.top_blocks);
-    }
+    count_selection(stats, *s.o, c.p, table, a, st);
     return skim::status::success();
   }
 };
@@ -96,12 +87,7 @@ struct vertical_slash_backend final : backend {
     pipeline p = pipe;
     p.csr = &st.csr;
     st.reserve_ws(p.workspace_bytes(c.p));
-    const std::int32_t width = std::max(p.table_width(c.p), 1);
-    const auto rows = static_cast<std::size_t>(c.p.index_rows());
-    st.ids.resize(rows * static_cast<std::size_t>(width));
-    st.count.resize(rows);
-    const skim::index::mutable_block_table table{.ids = st.ids, .count = st.count, .width = width};
-    st.lse.resize(static_cast<std::size_t>(a.n_q) * a.heads_q);
+    const skim::index::mutable_block_table table = st.selection(c.p, std::max(p.table_width(c.p), 1));
     skim::stage_times t;
     // The pattern reads K as a strided view: the cache's rows, which the paged view maps one to one.
     const skim::contiguous_kv<float> kv{
@@ -111,11 +97,7 @@ struct vertical_slash_backend final : backend {
                        .prob = c.p, .q = c.q, .kv = kv, .o = c.o, .lse = st.lse, .selected = table},
                    st.ws.span(), &t));
     stats.times += t;
-    count_reads(stats, c.p, table, a);
-    if (s.o->measure) {
-      dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass, &st.top_blocks);
-      count_coverage(stats, *s.o, c.p, table, a, st.block_mass, st.top_blocks);
-    }
+    count_selection(stats, *s.o, c.p, table, a, st);
     return skim::status::success();
   }
 };

@@ -527,6 +527,7 @@ std::vector<float> brute_scores(const kcase<TQ, TK>& c, const owned_state& st, s
         const auto mem = [&](std::int32_t j, std::int32_t k) {
           return st.membership[static_cast<std::size_t>(l.membership_offset(b) + (j * c.heads_kv + kvh) * C + k)];
         };
+        std::vector<float> merged(static_cast<std::size_t>(C), neg_inf);  // m(c): best over the heads probing c
         for (std::int32_t h : heads) {
           std::vector<float> qv(d, 0.0f);
           if (pool == query_pool::last) {
@@ -550,15 +551,26 @@ std::vector<float> brute_scores(const kcase<TQ, TK>& c, const owned_state& st, s
             return x.first > y.first || (x.first == y.first && x.second < y.second);
           });
           ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(probe)));
-          for (std::int32_t j = 0; j < visible; ++j) {
-            for (const auto& [s, k] : ranked) {
-              if (mem(j, k) > 0) {
-                float& o = out[static_cast<std::size_t>(row * width + j)];
-                const float scaled = s * p.scale();
-                if (s != neg_inf && (o == neg_inf || scaled > o)) o = scaled;
-              }
-            }
+          for (const auto& [s, k] : ranked) merged[static_cast<std::size_t>(k)] = std::max(merged[static_cast<std::size_t>(k)], s);
+        }
+        std::vector<std::int32_t> listed;  // clusters some head probed (a -inf one scores as none), rank order
+        for (std::int32_t k = 0; k < C; ++k) {
+          if (merged[static_cast<std::size_t>(k)] != neg_inf) listed.push_back(k);
+        }
+        std::sort(listed.begin(), listed.end(), [&](std::int32_t x, std::int32_t y) {
+          const float mx = merged[static_cast<std::size_t>(x)], my = merged[static_cast<std::size_t>(y)];
+          return mx > my || (mx == my && x < y);
+        });
+        for (std::int32_t j = 0; j < visible; ++j) {
+          float best = neg_inf, sum = 0.0f;
+          for (const std::int32_t k : listed) {
+            if (mem(j, k) <= 0) continue;
+            const float m = merged[static_cast<std::size_t>(k)];
+            if (best == neg_inf) best = m;
+            sum += static_cast<float>(mem(j, k)) * std::exp((m - best) * p.scale());
           }
+          float& o = out[static_cast<std::size_t>(row * width + j)];
+          if (best != neg_inf) o = std::isinf(best) ? best * p.scale() : best * p.scale() + std::log(sum);
         }
       }
     }
@@ -670,13 +682,15 @@ TEST_CASE("route::kmeans_router on a hand-made state: probe ties go to the lower
   dirty_workspace ws(router.workspace_bytes(p, 4));
   std::vector<float> scores(4, 1.0f);
   REQUIRE(router.score(p, qv, st, scores, ws.span()).ok());
-  CHECK(scores[0] == 0.0f);
-  CHECK(scores[1] == 5.0f);
-  CHECK(scores[2] == 2.5f);
+  // Each block's 2 keys lie in one cluster: score = scale · s + log 2.
+  const float log2 = std::log(2.0f);
+  CHECK(scores[0] == 0.0f + log2);
+  CHECK(scores[1] == 5.0f + log2);
+  CHECK(scores[2] == 2.5f + log2);
   CHECK(scores[3] == neg_inf);
-  // probe 4 reaches c3 through head 0 (s = -10) and head 1 (s = 0): block 3 scores 0.
+  // probe 4 reaches c3 through head 0 (s = -10) and head 1 (s = 0): block 3 scores 0 + log 2.
   REQUIRE(kmeans_router{.probe = 4}.score(p, qv, st, scores, ws.span()).ok());
-  CHECK(scores[3] == 0.0f);
+  CHECK(scores[3] == 0.0f + log2);
   // top-2 on the probe-2 scores takes the two nearest centroids' blocks.
   REQUIRE(router.score(p, qv, st, scores, ws.span()).ok());
   const select::top_k top{.k = 2};
@@ -686,6 +700,14 @@ TEST_CASE("route::kmeans_router on a hand-made state: probe ties go to the lower
   REQUIRE(top.select_row({.row = make_row_info(p, 0, 0, 0, 0), .scores = scores}, ids, count, sel_ws.span()).ok());
   CHECK(count == 2);
   CHECK(ids == std::vector<std::int32_t>{1, 2});
+  // A block split over two probed clusters sums their mass: block 1 now holds one key of c1 (head 0's
+  // s = 10) and one of c0 (s = 0): 0.5 · 10 + log(1 + exp(0.5 · (0 - 10))).
+  membership[1 * 4 + 1] = 1;
+  membership[1 * 4 + 0] = 1;
+  counts = {3, 1, 2, 2};
+  REQUIRE(router.score(p, qv, st, scores, ws.span()).ok());
+  CHECK(scores[1] == 5.0f + std::log(1.0f + std::exp(-5.0f)));
+  CHECK(scores[0] == 0.0f + log2);
 }
 
 TEST_CASE("route::kmeans::build reads paged K as it reads contiguous K") {

@@ -12,24 +12,31 @@
 //               of the row sees; it is probed only if it holds a visible one);
 //   s_g(c)      = q_g · centroid[h][c], fp32 in dimension order;
 //   probed_g    the `probe` best candidates by (s_g desc, c asc), a NaN s_g read as −inf (all if fewer);
-//   score[j]    = scale · max over g of (max of s_g(c) over c in probed_g with
-//                 membership[j][h][c] > 0), heads in order, for j < r.visible_blocks;
+//   listed      the union over the row's heads of probed_g, each cluster with m(c) = the max of
+//               s_g(c) over the heads that probed it, in order (m desc, c asc);
+//   held_j      the listed clusters holding a key of block j (n_j(c) = membership[j][h][c] > 0
+//               keys), in list order; best_j = m of the first of them (the largest);
+//   score[j]    = scale · best_j + log(Σ over c in held_j of n_j(c) · exp(scale · (m(c) − best_j))),
+//               fp32, the sum in list order (scale · best_j alone if best_j is +inf), for
+//               j < r.visible_blocks;
 //               −inf if no probed cluster of any head holds a key of j, and for every j >=
 //               r.visible_blocks (the causal future and the padding of a wider span).
-// scale is problem::scale(), so scores are logits of the centroid; the score of a block is that of
-// the best probed centroid holding one of its keys, so a selector's top-k takes the nearest
-// centroids' blocks first, up to its budget. Blocks no probed centroid holds rank last (−inf).
+// scale is problem::scale(): each held key is approximated by its centroid, so exp(score[j]) is the
+// block's attention mass, up to the softmax's normaliser, under that approximation — a block holding
+// many keys of a near centroid ranks above one holding a single key of it (the plain nearest-
+// centroid score would tie them, and a top-k would break the tie by position). A block whose keys
+// all lie in one cluster scores scale · m + log(its keys there). Blocks no probed centroid holds rank
+// last (−inf).
 // Cost per row: the candidates from the counts when the row sees every block (decode: O(C); the
 // same set, as counts[c] = Σ_j membership[j][c]), else one pass over the visible blocks' membership
 // (4·C·visible bytes); heads·C·d·2 flops for s, heads·C·log(probe) to rank; the heads' probed
-// clusters merged into one list in rank order (each with its best score over the heads), then per
-// visible block at most that list's length (<= min(C, heads·probe)) membership loads, stopping at
-// the first cluster holding a key of the block (the best).
+// clusters merged into one list in rank order, then per visible block that list's length
+// (<= min(C, heads·probe)) membership loads and an exp per held cluster.
 // Cost per decode step (append, then one row per kv head), at d = 128, C = 64, probe 8, GQA 4 and
 // 4096 blocks of 16 keys: append 3·C·d + 3·d = 25 kflops, 33 KiB read; scoring 2·heads·C·d = 65
-// kflops over 32 KiB of centroids, then at most 4·C bytes of membership per block (1 MiB, read only
-// up to each block's first listed cluster), against pooled_router over mean_pool records: 4.2
-// Mflops over 2.1 MiB. Build is the expensive part ((1 + iterations)·C·n·d·3 flops: a prefill cost).
+// kflops over 32 KiB of centroids, then at most 4·C bytes of membership per block (1 MiB), against
+// pooled_router over mean_pool records: 4.2 Mflops over 2.1 MiB. Build is the expensive part
+// ((1 + iterations)·C·n·d·3 flops: a prefill cost).
 // Scratch (workspace_bytes(p, C)): heads·d + (heads + 1)·C floats, (heads + 2)·C int32.
 //
 // Errors: every call checks its problem, spans and workspace before reading anything and names the
@@ -249,9 +256,7 @@ struct kmeans_router {
     }
 
     // The heads' probed clusters as one list: each with its best score over the heads that probed it,
-    // in rank order (score desc, id asc). A block's score is the first listed cluster holding one of
-    // its keys: max over heads of max over their probed clusters = max over the union, so the bits
-    // are the definition's.
+    // in rank order (score desc, id asc), as the definition's `listed`.
     float* merged = s.merged_scores;
     for (std::int32_t c = 0; c < C; ++c) merged[c] = detail::neg_inf;
     for (std::int32_t g = 0; g < heads; ++g) {
@@ -268,18 +273,20 @@ struct kmeans_router {
       return merged[a] > merged[b] || (merged[a] == merged[b] && a < b);
     });
 
-    // Blocks: the best listed cluster holding one of their keys.
+    // Blocks: the log of their held keys' mass, relative to the best listed cluster holding one.
     const float scale = p.scale();
     for (std::int32_t j = 0; j < visible; ++j) {
       const std::int32_t* m = membership + j * block_stride;
-      float best = detail::neg_inf;
+      float best = detail::neg_inf, sum = 0.0f;
       for (std::int32_t k = 0; k < listed; ++k) {
-        if (m[list[k]] > 0) {
-          best = merged[list[k]];
-          break;
-        }
+        const std::int32_t c = list[k];
+        if (m[c] <= 0) continue;
+        if (best == detail::neg_inf) best = merged[c];
+        sum += static_cast<float>(m[c]) * std::exp((merged[c] - best) * scale);
       }
-      scores[j] = best == detail::neg_inf ? detail::neg_inf : best * scale;
+      scores[j] = best == detail::neg_inf ? detail::neg_inf
+                  : std::isinf(best)      ? best * scale
+                                          : best * scale + std::log(sum);
     }
     for (std::size_t j = static_cast<std::size_t>(visible); j < scores.size(); ++j) scores[j] = detail::neg_inf;
   }
