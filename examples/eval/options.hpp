@@ -40,8 +40,9 @@ enum class summarizer_kind : std::uint8_t { mean_pool, max_bound, probe_max, mul
 enum class selector_kind : std::uint8_t { top_k, threshold };
 // Where a configuration's block ids come from: block summaries scored by pooled_router (then the
 // selector), k-means centroids scored by kmeans_router (then the selector), or the vertical-slash
-// prefill pattern (index::build_vertical_slash, which chooses the blocks itself).
-enum class router_kind : std::uint8_t { pooled, kmeans, vertical_slash };
+// prefill pattern (index::build_vertical_slash, which chooses the blocks itself), or the token-level
+// indexer (select::top_tokens over blocks of one key: the blocks it keeps are its tokens).
+enum class router_kind : std::uint8_t { pooled, kmeans, vertical_slash, tokens };
 
 // One pipeline to evaluate, as given by a --config SPEC.
 struct config {
@@ -120,6 +121,8 @@ inline constexpr std::string_view usage_text =
     "              centroids of each layer's keys; a query takes its probe nearest centroids' blocks)\n"
     "              | vertical_slash (columns=N, diagonals=N, last_q=N, with sink and local as the\n"
     "              reserved blocks: the prefill pattern estimated from the last queries; no selector)\n"
+    "              | tokens (block=1: select::top_tokens keeps each row's best keys by exact q.k,\n"
+    "              heads by max, sink and local counting keys; token_gather attends; k or budget)\n"
     "  share=0|1|max  one selection per query block for all its heads: 1 pools the heads' scores by\n"
     "              their maximum after each head's less its best block's, max by the raw maximum\n";
 
@@ -226,7 +229,8 @@ inline constexpr std::string_view config_keys =
       if (value == "pooled") c.router = router_kind::pooled;
       else if (value == "kmeans") c.router = router_kind::kmeans;
       else if (value == "vertical_slash") c.router = router_kind::vertical_slash;
-      else return where + "unknown router " + quote(value) + " (" + detail::choices({"pooled", "kmeans", "vertical_slash"}) + ")";
+      else if (value == "tokens") c.router = router_kind::tokens;
+      else return where + "unknown router " + quote(value) + " (" + detail::choices({"pooled", "kmeans", "vertical_slash", "tokens"}) + ")";
     } else if (key == "clusters") {
       err = integer(c.clusters, 1, 4096);
     } else if (key == "probe") {
@@ -332,13 +336,23 @@ inline constexpr std::string_view config_keys =
     }
   }
   if (c.router != router_kind::pooled) {
-    const std::string name = c.router == router_kind::kmeans ? "kmeans" : "vertical_slash";
+    const std::string name = c.router == router_kind::kmeans           ? "kmeans"
+                             : c.router == router_kind::vertical_slash ? "vertical_slash"
+                                                                       : "tokens";
     for (std::string_view key : {"summarizer", "reduce", "share"}) {
       if (given(key)) return where + std::string(key) + " needs router=pooled (not " + name + ")";
     }
     if (c.router == router_kind::kmeans && c.pool == skim::route::query_pool::max) {
       return where + "router=kmeans takes pool=last or pool=mean";
     }
+  }
+  if (c.router == router_kind::tokens) {
+    for (std::string_view key : {"select", "mode", "tau", "k_min", "k_max", "recency", "importance", "pool"}) {
+      if (given(key)) return where + std::string(key) + " does not apply to router=tokens (top_tokens selects)";
+    }
+    if (given("block") && c.block != 1) return where + "router=tokens takes block=1 (its blocks are keys)";
+    c.block = 1;
+    c.recency = false;  // the newest key is in the local window
   }
   if (c.router == router_kind::vertical_slash) {
     for (std::string_view key : {"select", "k", "budget", "mode", "tau", "k_min", "k_max", "recency", "importance", "pool"}) {

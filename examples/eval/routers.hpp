@@ -13,6 +13,9 @@
 //  - vertical_slash_pipeline: index::build_vertical_slash estimates the pattern and writes a CSR
 //    (reported as the score stage), converted to the block table evaluate() measures (the select
 //    stage), then the same execution.
+//  - tokens_pipeline: over blocks of one key, select::top_tokens writes its token list straight into
+//    the block table evaluate() measures (a position is then a block id: the same rows), reported as
+//    the score stage, and exec::token_gather attends over it.
 // Their state (centroids, counts, membership; the CSR) lives in storage the caller keeps for the
 // configuration's run, grown by run() when a shape needs more (a tool's convenience: an engine
 // sizes it once); summary_floats is 0 (pipeline_args::summaries goes unused).
@@ -29,14 +32,17 @@
 #include "skim/core/status.hpp"
 #include "skim/core/workspace.hpp"
 #include "skim/exec/cpu/scalar.hpp"
+#include "skim/exec/cpu/token_gather.hpp"
 #include "skim/index/block_csr.hpp"
 #include "skim/index/block_table.hpp"
 #include "skim/index/convert.hpp"
+#include "skim/index/token_list.hpp"
 #include "skim/index/vertical_slash.hpp"
 #include "skim/pipeline.hpp"
 #include "skim/route/kmeans_router.hpp"
 #include "skim/select/reserved.hpp"
 #include "skim/select/top_k.hpp"
+#include "skim/select/top_tokens.hpp"
 
 namespace skim_eval {
 
@@ -216,6 +222,51 @@ struct vertical_slash_pipeline {
     t0 = clock::now();
     SKIM_TRY(executor.run(skim::attention_args<TQ, KV, skim::index::block_csr, TO>{
                               .prob = p, .q = a.q, .kv = a.kv, .index = index, .o = a.o, .lse = a.lse},
+                          workspace));
+    t.execute = detail::seconds_since(t0);
+    if (times != nullptr) *times = t;
+    return skim::status::success();
+  }
+};
+
+struct tokens_pipeline {
+  skim::select::top_tokens selector{};
+  skim::exec::token_gather executor{};
+  static constexpr bool share_heads = false;
+
+  [[nodiscard]] std::int64_t summary_floats(const skim::problem&) const noexcept { return 0; }
+  [[nodiscard]] std::int32_t table_width(const skim::problem& p) const noexcept {
+    return std::max(selector.max_count(p), 1);
+  }
+  [[nodiscard]] std::int64_t selected_rows(const skim::problem& p) const noexcept { return p.index_rows(); }
+  [[nodiscard]] std::size_t workspace_bytes(const skim::problem& p) const noexcept {
+    if (!skim::validate(p).ok()) return 0;
+    return std::max(selector.workspace_bytes(p), executor.workspace_bytes(p));
+  }
+  [[nodiscard]] skim::status can_implement(const skim::problem& p) const noexcept {
+    SKIM_TRY(skim::validate(p));
+    SKIM_TRY(selector.validate());
+    if (p.block_kv != 1) {
+      return skim::status::error(skim::status_code::unsupported, "tokens_pipeline needs block_kv 1, got %d", p.block_kv);
+    }
+    return skim::status::success();
+  }
+
+  template <class TQ, class KV, class TO>
+  [[nodiscard]] skim::status run(const skim::pipeline_args<TQ, KV, TO>& a, std::span<std::byte> workspace,
+                                 skim::stage_times* times) const noexcept {
+    using clock = std::chrono::steady_clock;
+    const skim::problem& p = a.prob;
+    SKIM_TRY(can_implement(p));
+    skim::stage_times t;
+    auto t0 = clock::now();
+    SKIM_TRY(selector.select(p, a.q, a.kv, skim::index::mutable_token_list{a.selected.ids, a.selected.count, a.selected.width},
+                             workspace));
+    t.score = detail::seconds_since(t0);
+    t0 = clock::now();
+    const skim::index::token_list list{a.selected.ids, a.selected.count, a.selected.width};
+    SKIM_TRY(executor.run(skim::exec::token_attention_args<TQ, KV, TO>{
+                              .prob = p, .q = a.q, .kv = a.kv, .tokens = list, .o = a.o, .lse = a.lse},
                           workspace));
     t.execute = detail::seconds_since(t0);
     if (times != nullptr) *times = t;

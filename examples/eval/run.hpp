@@ -355,6 +355,13 @@ template <class Summarizer>
   return evaluate(in, o, pipe, out);
 }
 
+[[nodiscard]] inline outcome evaluate_tokens(const inputs& in, const options& o, config_result& out) {
+  const config& c = out.cfg;
+  out.dynamic_k = dynamic_k_for(c, in.shape.tokens);  // blocks of one key
+  const tokens_pipeline pipe{.selector = {.t = out.dynamic_k, .sink = c.sink, .window = c.local}};
+  return evaluate(in, o, pipe, out);
+}
+
 }  // namespace detail
 
 // Evaluates one configuration: the router, then the runtime summarizer choice, picks the instantiation.
@@ -364,6 +371,7 @@ template <class Summarizer>
   out.cfg = c;
   if (c.router == router_kind::kmeans) return detail::evaluate_kmeans(in, o, out);
   if (c.router == router_kind::vertical_slash) return detail::evaluate_vertical_slash(in, o, out);
+  if (c.router == router_kind::tokens) return detail::evaluate_tokens(in, o, out);
   switch (c.summarizer) {
     case summarizer_kind::mean_pool: return detail::evaluate_with<sum::mean_pool>(in, o, out);
     case summarizer_kind::max_bound: return detail::evaluate_with<sum::max_bound>(in, o, out);

@@ -156,6 +156,12 @@ TEST_CASE("skim-eval options: good configuration specs") {
     CHECK(vs.sink == 2);
     CHECK(vs.local == 3);
     CHECK(!vs.recency);
+    const config tk = parsed("router=tokens,budget=0.125,sink=4,local=32");
+    CHECK(tk.router == router_kind::tokens);
+    CHECK(tk.block == 1);  // blocks of one key: the tokens
+    CHECK(tk.sink == 4);
+    CHECK(tk.local == 32);
+    CHECK(!tk.recency);
   }
   SUBCASE("threshold") {
     const config c = parsed("summarizer=multi_centroid,centroids=4,select=threshold,mode=mass,tau=0.9,k_min=1,k_max=6");
@@ -215,7 +221,14 @@ TEST_CASE("skim-eval options: each bad spec names its problem") {
   CHECK(config_error("k=1,pool=min") == "--config 'k=1,pool=min': unknown pool 'min' (last, mean, max)");
   CHECK(config_error("k=1,reduce=min") == "--config 'k=1,reduce=min': unknown reduce 'min' (max, mean, sum)");
   CHECK(config_error("router=cluster,k=1") ==
-        "--config 'router=cluster,k=1': unknown router 'cluster' (pooled, kmeans, vertical_slash)");
+        "--config 'router=cluster,k=1': unknown router 'cluster' (pooled, kmeans, vertical_slash, tokens)");
+  CHECK(config_error("router=tokens,block=4,k=8") ==
+        "--config 'router=tokens,block=4,k=8': router=tokens takes block=1 (its blocks are keys)");
+  CHECK(config_error("router=tokens,select=threshold,tau=0") ==
+        "--config 'router=tokens,select=threshold,tau=0': select does not apply to router=tokens (top_tokens selects)");
+  CHECK(config_error("router=tokens,summarizer=lsh,k=1") ==
+        "--config 'router=tokens,summarizer=lsh,k=1': summarizer needs router=pooled (not tokens)");
+  CHECK(config_error("router=tokens") == "--config 'router=tokens': top_k needs k=N or budget=B");
   CHECK(config_error("clusters=8,k=1") == "--config 'clusters=8,k=1': clusters needs router=kmeans");
   CHECK(config_error("router=kmeans,clusters=0,k=1") == "--config 'router=kmeans,clusters=0,k=1': clusters 0 outside [1, 4096]");
   CHECK(config_error("router=kmeans,summarizer=max_bound,k=1") ==
@@ -321,7 +334,8 @@ TEST_CASE("skim-eval end to end: a budget that covers every block is dense atten
                              "summarizer=max_bound,block=8,select=threshold,mode=relative,tau=1e9",
                              "summarizer=max_bound,block=8,budget=1,share=1",
                              "router=kmeans,clusters=4,probe=4,block=8,budget=1",  // every cluster probed
-                             "router=vertical_slash,block=8,columns=50,diagonals=0,sink=0,local=0"}) {
+                             "router=vertical_slash,block=8,columns=50,diagonals=0,sink=0,local=0",
+                             "router=tokens,budget=1,sink=2,local=3"}) {
       o.configs.push_back(classic(spec));
     }
     run_result r;
