@@ -16,7 +16,8 @@
 //   decode/exec:E/threads:T/dim:D/bk:B/kv:DT/sel:S/N:N         GB/s on selected K+V bytes (counter bytes)
 //   prefill/peer:eigen_attention/threads:T/dim:D/kv:fp32/N:4096   the same visible-pair flops
 //   gemm/peer:eigen/threads:2/dim:D/M:4096                    2·M·M·D flops of [M, D]·[D, M]
-//   decode/peer:stream/threads:2/dim:D/kv:DT/N:N               the bytes of all K+V at that dtype
+//   decode/peer:stream/threads:T/dim:D/kv:DT/N:N               the bytes of all K+V at that dtype
+//                                                              (threads:1 at d = 128, for the one-thread rows)
 //   decode_hnd/exec:E/threads:2/dim:128/bk:B/kv:DT/sel:1/8/N:131072   sel:1/8 with head-major K/V
 //                                                              [heads_kv, tokens, dim] (the layout in which
 //                                                              per-head selections read whole cache lines)
@@ -274,6 +275,20 @@ void register_decode(const std::string& name, int threads) {
   }
 }
 
+// One thread, at the block size decode reads best (32) and d = 128 only, both layouts: the share of
+// the one-thread streaming read (a single core's bandwidth is a different ceiling than two cores').
+template <class Exec, class T>
+void register_decode_one_thread(const std::string& name) {
+  for (const std::int32_t n : decode_lengths) {
+    const std::string row = "/exec:" + name + "/threads:1/dim:128/bk:32/kv:" + dtype_name<T>() + "/sel:all/N:" + std::to_string(n);
+    for (const kv_layout l : {kv_layout::token_major, kv_layout::head_major}) {
+      benchmark::RegisterBenchmark(((l == kv_layout::token_major ? "decode" : "decode_hnd") + row).c_str(),
+                                   [=](benchmark::State& s) { decode<Exec, T>(s, 1, 128, 32, n, 1, l); })
+          ->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+    }
+  }
+}
+
 template <class T>
 void register_dtype() {
   // Peers first, in the same process and on the same data as the executors after them.
@@ -304,10 +319,13 @@ void register_decode_dtype() {
   for (const std::int32_t n : decode_lengths) {
     for (const std::int32_t dim : dims) {
       const double bytes = 2.0 * n * heads_kv * dim * sizeof(T);
-      benchmark::RegisterBenchmark(("decode/peer:stream/threads:2/dim:" + std::to_string(dim) + "/kv:" + dtype_name<T>() +
-                                    "/N:" + std::to_string(n)).c_str(),
-                                   [=](benchmark::State& s) { stream_peer(s, 2, bytes); })
-          ->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+      for (const int threads : {1, 2}) {
+        if (threads == 1 && dim != 128) continue;  // the one-thread rows' peer (register_decode_one_thread)
+        benchmark::RegisterBenchmark(("decode/peer:stream/threads:" + std::to_string(threads) + "/dim:" +
+                                      std::to_string(dim) + "/kv:" + dtype_name<T>() + "/N:" + std::to_string(n)).c_str(),
+                                     [=](benchmark::State& s) { stream_peer(s, threads, bytes); })
+            ->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+      }
     }
   }
   register_decode<skim::exec::scalar, T>("scalar", 1);
@@ -316,6 +334,7 @@ void register_decode_dtype() {
 #endif
 #if defined(SKIM_BENCH_HAS_SIMD) && defined(__AVX512F__)
   register_decode<skim::exec::simd<xsimd::avx512f>, T>("simd_avx512f", 2);
+  if constexpr (!std::is_same_v<T, float>) register_decode_one_thread<skim::exec::simd<xsimd::avx512f>, T>("simd_avx512f");
 #endif
 }
 
