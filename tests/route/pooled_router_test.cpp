@@ -498,7 +498,7 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   const auto records = build_records<S>(c.p, c.kv());
   const pooled_router router{.pool = query_pool::max, .reduce = group_reduce::max};
   const std::size_t bytes = router.workspace_bytes(c.p);
-  CHECK(bytes == 2 * 4 * 16 * sizeof(float));  // [group 2, bq 4, prepared_query_capacity(d 8) = 16]
+  CHECK(bytes == (2 * 4 * 16 + 2) * sizeof(float));  // [group 2, bq 4, prepared_query_capacity(d 8) = 16], 2 scores
   dirty_workspace ws(bytes + workspace_alignment);
   std::vector<float> scores(12, 0.0f);
   REQUIRE(router.score<S>(c.p, c.q_view(), records, scores, ws.span()).ok());
@@ -528,7 +528,7 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   expect(router.score<S>(c.p, c.q_view(), records, std::span(scores).first(11), ws.span()),
          status_code::shape_mismatch, "scores has 11 floats, needs 12 (4 index rows x 3 max kv blocks)");
   expect(router.score<S>(c.p, c.q_view(), records, scores, ws.span().first(bytes - 1)),
-         status_code::workspace_too_small, "workspace has 511 bytes, needs 512");
+         status_code::workspace_too_small, "workspace has 519 bytes, needs 520");
   const auto misaligned = ws.span().subspan(4, bytes);
   const status mis = router.score<S>(c.p, c.q_view(), records, scores, misaligned);
   CHECK(mis.code() == status_code::misaligned);
@@ -560,5 +560,5 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   expect(router.score_row<S>(c.p, good, c.q_view(), records, std::span(one).first(2), ws.span()),
          status_code::shape_mismatch, "scores of row 3 has 2 floats, needs kv blocks 3");
   expect(router.score_row<S>(c.p, good, c.q_view(), records, one, {}), status_code::workspace_too_small,
-         "workspace has 0 bytes, needs 512");
+         "workspace has 0 bytes, needs 520");
 }

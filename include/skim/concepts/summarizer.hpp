@@ -36,6 +36,13 @@
 //     floats of prepared form;
 //  9. S::score_prepared(record, prepared, head_dim) -> float: the same bits as score(record, q,
 //     head_dim) for the q that was prepared.
+//
+// Optional: four queries at once. A score is a sum in a fixed order, a chain of dependent additions
+// whose latency, not its arithmetic, bounds a single call. A summarizer without a prepared query may
+// define
+// 10. S::score4(record, q, q_stride, head_dim, out): out[g] = the same bits as score(record, q +
+//     g·q_stride, head_dim) for g = 0..3, its four chains run side by side;
+// routers then score a GQA group's heads four at a time (skim::score_group<S>).
 // Routers call skim::prepare_query<S> and skim::score_prepared<S>, which fall back to the plain
 // query and S::score for a summarizer without them; a router sizes each query vector's scratch as
 // prepared_query_capacity(head_dim) floats, whatever the summarizer.
@@ -105,6 +112,25 @@ template <summarizer S>
   } else {
     return S::score(record, q, head_dim);
   }
+}
+
+// Whether S defines score4 (requirement 10) and no prepared query.
+template <class S>
+concept scores_four = summarizer<S> && !prepares_query<S> &&
+                      requires(const float* record, const float* q, std::int64_t stride, std::int32_t head_dim, float* out) {
+                        { S::score4(record, q, stride, head_dim, out) } noexcept;
+                      };
+
+// out[g] = score_prepared<S>(record, q + g·q_stride, head_dim) for g in [0, n): four at a time
+// where S defines score4, the same bits either way.
+template <summarizer S>
+constexpr void score_group(const float* record, const float* q, std::int64_t q_stride, std::int32_t n,
+                           std::int32_t head_dim, float* out) noexcept {
+  std::int32_t g = 0;
+  if constexpr (scores_four<S>) {
+    for (; g + 4 <= n; g += 4) S::score4(record, q + g * q_stride, q_stride, head_dim, out + g);
+  }
+  for (; g < n; ++g) out[g] = score_prepared<S>(record, q + g * q_stride, head_dim);
 }
 
 }  // namespace skim

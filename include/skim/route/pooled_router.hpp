@@ -34,7 +34,10 @@
 // Cost per row: visible_blocks · heads · (1 for last/mean, bq for max) calls of S::score (O(head_dim)
 // each for mean_pool and max_bound; a summarizer with a prepared query, lsh_buckets, does its
 // query work once per pooled vector and a few lookups per call), plus pooling the block's queries once (converted to fp32 from
-// TQ = float, half or bfloat16). The records of the row's kv head are read once per block.
+// TQ = float, half or bfloat16). The records of the row's kv head are read once per block. A score
+// is a chain of dependent additions (its order is part of its bits); with last/mean pooling a
+// summarizer defining score4 (max_bound, mean_pool, multi_centroid) scores four heads of the group
+// side by side, four chains in flight, the same bits.
 //
 // Entry points (no allocation; scratch is the pooled query vectors, from the caller's workspace of
 // workspace_bytes(problem) bytes, aligned to workspace_alignment):
@@ -103,7 +106,8 @@ struct pooled_router {
   }
 
   // Scratch: [heads_per_row, vectors per head (block_q for max, else 1), prepared_query_capacity(head_dim)]
-  // pooled fp32 queries, each prepared in place for the summarizer (summarizer.hpp, requirement 8).
+  // pooled fp32 queries, each prepared in place for the summarizer (summarizer.hpp, requirement 8),
+  // then heads_per_row floats of one block's scores.
   [[nodiscard]] std::size_t workspace_bytes(const problem& p) const noexcept {
     workspace_arena measure;
     (void)take_queries(measure, p);
@@ -213,7 +217,8 @@ struct pooled_router {
     if (p.heads_q <= 0 || p.heads_kv <= 0 || p.head_dim <= 0 || p.block_q <= 0) return arena.take<float>(0);
     const std::size_t heads = p.scope == index_scope::kv_head ? static_cast<std::size_t>(p.heads_q / p.heads_kv) : 1;
     const std::size_t vectors = pool == query_pool::max ? static_cast<std::size_t>(p.block_q) : 1;
-    return arena.take<float>(heads * vectors * static_cast<std::size_t>(prepared_query_capacity(p.head_dim)));
+    // The queries, then one score per head (score_unchecked's group_scores).
+    return arena.take<float>(heads * vectors * static_cast<std::size_t>(prepared_query_capacity(p.head_dim)) + heads);
   }
 
   // @pre everything score_row checks; queries is the take_queries span.
@@ -263,10 +268,18 @@ struct pooled_router {
         v_first = t > r.q_begin ? static_cast<std::int32_t>(t - r.q_begin) : 0;
       }
       float acc = reduce == group_reduce::max ? detail::neg_inf : 0.0f;
+      // One vector per head (last, mean): the group's scores at once (score_group: four heads side
+      // by side where S allows, the same bits), then reduced in head order as below.
+      float* group_scores = queries + static_cast<std::int64_t>(heads) * vectors * cap;
+      if (vectors == 1) score_group<S>(record, queries, cap, heads, d, group_scores);
       for (std::int32_t g = 0; g < heads; ++g) {
         const float* head_queries = queries + static_cast<std::int64_t>(g) * vectors * cap;
         float s = detail::neg_inf;
-        for (std::int32_t v = v_first; v < vectors; ++v) {
+        if (vectors == 1) {
+          s = group_scores[g];
+          s = s > detail::neg_inf ? s : detail::neg_inf;  // as the max over one score below (NaN -> -inf)
+        }
+        for (std::int32_t v = vectors == 1 ? vectors : v_first; v < vectors; ++v) {
           const float x = score_prepared<S>(record, head_queries + v * cap, d);
           s = x > s ? x : s;
         }

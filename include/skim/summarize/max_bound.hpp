@@ -59,7 +59,40 @@ struct max_bound {
     }
     return acc;
   }
+
+  // score() for the four queries q + g·stride, g = 0..3, in one pass: the same operations in the
+  // same order per query, so the same bits, with four independent sums in flight.
+  static void score4(const float* record, const float* q, std::int64_t stride, std::int32_t head_dim,
+                     float* out) noexcept {
+    const float* lo = record;
+    const float* hi = record + head_dim;
+    if (head_dim > 0 && lo[0] > hi[0]) {
+      for (int g = 0; g < 4; ++g) out[g] = detail::neg_inf;
+      return;
+    }
+    const float* q0 = q;
+    const float* q1 = q + stride;
+    const float* q2 = q + 2 * stride;
+    const float* q3 = q + 3 * stride;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    for (std::int32_t i = 0; i < head_dim; ++i) {
+      const float l = lo[i], h = hi[i];
+      const float x0 = q0[i] * l, y0 = q0[i] * h;
+      const float x1 = q1[i] * l, y1 = q1[i] * h;
+      const float x2 = q2[i] * l, y2 = q2[i] * h;
+      const float x3 = q3[i] * l, y3 = q3[i] * h;
+      a0 += x0 > y0 ? x0 : y0;
+      a1 += x1 > y1 ? x1 : y1;
+      a2 += x2 > y2 ? x2 : y2;
+      a3 += x3 > y3 ? x3 : y3;
+    }
+    out[0] = a0;
+    out[1] = a1;
+    out[2] = a2;
+    out[3] = a3;
+  }
 };
 static_assert(summarizer<max_bound>);
+static_assert(scores_four<max_bound>);
 
 }  // namespace skim::summarize

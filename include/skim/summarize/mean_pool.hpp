@@ -38,7 +38,19 @@ struct mean_pool {
     if (count == 0.0f) return detail::neg_inf;
     return detail::dot(q, record, head_dim) / count;
   }
+  // score() for the queries q + g·stride, g = 0..3, the same bits, four sums side by side.
+  static void score4(const float* record, const float* q, std::int64_t stride, std::int32_t head_dim,
+                     float* out) noexcept {
+    const float count = record[head_dim];
+    if (count == 0.0f) {
+      for (int g = 0; g < 4; ++g) out[g] = detail::neg_inf;
+      return;
+    }
+    detail::dot4(q, stride, record, head_dim, out);
+    for (int g = 0; g < 4; ++g) out[g] /= count;
+  }
 };
 static_assert(summarizer<mean_pool>);
+static_assert(scores_four<mean_pool>);
 
 }  // namespace skim::summarize

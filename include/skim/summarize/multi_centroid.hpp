@@ -113,6 +113,21 @@ struct multi_centroid {
     }
     return best;
   }
+  // score() for the queries q + g·stride, g = 0..3, the same bits, four sums side by side.
+  static void score4(const float* record, const float* q, std::int64_t stride, std::int32_t head_dim,
+                     float* out) noexcept {
+    const float* count = record + static_cast<std::int64_t>(M) * head_dim;
+    for (int g = 0; g < 4; ++g) out[g] = detail::neg_inf;
+    for (std::int32_t c = 0; c < M; ++c) {
+      if (!(count[c] > 0.0f)) continue;
+      float s[4];
+      detail::dot4(q, stride, record + static_cast<std::int64_t>(c) * head_dim, head_dim, s);
+      for (int g = 0; g < 4; ++g) {
+        const float x = s[g] / count[c];
+        out[g] = x > out[g] ? x : out[g];
+      }
+    }
+  }
 
  private:
   [[nodiscard]] static float* counts(float* record, std::int32_t head_dim) noexcept {
@@ -129,5 +144,6 @@ struct multi_centroid {
   }
 };
 static_assert(summarizer<multi_centroid<4>>);
+static_assert(scores_four<multi_centroid<2>>);
 
 }  // namespace skim::summarize
