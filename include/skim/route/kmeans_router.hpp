@@ -228,18 +228,7 @@ struct kmeans_router {
     std::int32_t probed = 0;  // per head (the same count for every head)
     for (std::int32_t g = 0; g < heads; ++g) {
       float* qg = s.queries + static_cast<std::int64_t>(g) * d;
-      if (pool == query_pool::mean) {
-        for (std::int32_t k = 0; k < d; ++k) qg[k] = 0.0f;
-        for (std::int32_t t = r.q_begin; t < r.q_end; ++t) {
-          const TQ* src = q.row(token0 + t, first_head + g);
-          for (std::int32_t k = 0; k < d; ++k) qg[k] += to_float(src[k]);
-        }
-        const float count = static_cast<float>(r.q_end - r.q_begin);
-        for (std::int32_t k = 0; k < d; ++k) qg[k] /= count;
-      } else {
-        const TQ* src = q.row(token0 + r.q_end - 1, first_head + g);
-        for (std::int32_t k = 0; k < d; ++k) qg[k] = to_float(src[k]);
-      }
+      detail::pool_query(q, token0, r, first_head + g, d, pool == query_pool::mean, qg);
       float* sc = s.cluster_scores + static_cast<std::int64_t>(g) * C;
       std::int32_t* ranked = s.ranked + static_cast<std::int64_t>(g) * C;
       std::int32_t n = 0;

@@ -93,6 +93,27 @@ namespace detail {
 
 inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
+// The pooled fp32 query of query head `head` for row r into dst [head_dim]: with mean, the mean of
+// the row's queries (summed in token order, then divided by their count), else its last query.
+// token0: the row's sequence's first query token. Shared by the routers that pool (pooled_router,
+// kmeans_router), so both pool to the same bits.
+template <element TQ>
+SKIM_FORCEINLINE void pool_query(const strided_view<const TQ>& q, std::int64_t token0, const row_info& r,
+                                 std::int32_t head, std::int32_t head_dim, bool mean, float* dst) noexcept {
+  if (!mean) {
+    const TQ* src = q.row(token0 + r.q_end - 1, head);
+    for (std::int32_t k = 0; k < head_dim; ++k) dst[k] = to_float(src[k]);
+    return;
+  }
+  for (std::int32_t k = 0; k < head_dim; ++k) dst[k] = 0.0f;
+  for (std::int32_t t = r.q_begin; t < r.q_end; ++t) {
+    const TQ* src = q.row(token0 + t, head);
+    for (std::int32_t k = 0; k < head_dim; ++k) dst[k] += to_float(src[k]);
+  }
+  const float count = static_cast<float>(r.q_end - r.q_begin);
+  for (std::int32_t k = 0; k < head_dim; ++k) dst[k] /= count;
+}
+
 }  // namespace detail
 
 struct pooled_router {
@@ -237,18 +258,11 @@ struct pooled_router {
     const std::int64_t cap = prepared_query_capacity(d);
     for (std::int32_t g = 0; g < heads; ++g) {
       float* dst = queries + static_cast<std::int64_t>(g) * vectors * cap;
-      if (pool == query_pool::mean) {
-        for (std::int32_t k = 0; k < d; ++k) dst[k] = 0.0f;
-        for (std::int32_t t = r.q_begin; t < r.q_end; ++t) {
-          const TQ* src = q.row(token0 + t, first_head + g);
-          for (std::int32_t k = 0; k < d; ++k) dst[k] += to_float(src[k]);
-        }
-        const float count = static_cast<float>(n_q);
-        for (std::int32_t k = 0; k < d; ++k) dst[k] /= count;
+      if (pool != query_pool::max) {
+        detail::pool_query(q, token0, r, first_head + g, d, pool == query_pool::mean, dst);
       } else {
-        const std::int32_t t_first = pool == query_pool::last ? r.q_end - 1 : r.q_begin;
         for (std::int32_t v = 0; v < vectors; ++v) {
-          const TQ* src = q.row(token0 + t_first + v, first_head + g);
+          const TQ* src = q.row(token0 + r.q_begin + v, first_head + g);
           for (std::int32_t k = 0; k < d; ++k) dst[v * cap + k] = to_float(src[k]);
         }
       }
