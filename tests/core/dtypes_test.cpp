@@ -133,3 +133,82 @@ TEST_CASE("to_float/from_float dispatch on the element type") {
   CHECK(to_float(from_float<float>(0.1f)) == 0.1f);
   CHECK(to_float(from_float<half>(0.1f)) != 0.1f);  // fp16 cannot hold 0.1 exactly
 }
+
+namespace {
+
+// The value of e4m3 bits b from the format's fields (bias 7, subnormals, S.1111.111 NaN, no inf).
+double e4m3_value(std::uint8_t b) {
+  const int e = (b >> 3) & 0xf;
+  const int m = b & 0x7;
+  if (e == 0xf && m == 0x7) return std::numeric_limits<double>::quiet_NaN();
+  const double mag = e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
+  return (b & 0x80u) != 0 ? -mag : mag;
+}
+
+// Nearest finite e4m3 code to f by search over every code (the even mantissa on a tie), with
+// magnitudes beyond 448 saturated: the rounding fp8_e4m3::from_float promises.
+std::uint8_t e4m3_oracle(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const double d = f;
+  int best = -1;
+  double best_err = 0;
+  for (int c = 0; c < 256; ++c) {
+    const double v = e4m3_value(static_cast<std::uint8_t>(c));
+    if (std::isnan(v) || (std::signbit(v) != std::signbit(d))) continue;
+    const double err = std::fabs(std::fmin(std::fabs(d), 448.0) - std::fabs(v));
+    if (best < 0 || err < best_err || (err == best_err && (c & 1) == 0)) {
+      best = c;
+      best_err = err;
+    }
+  }
+  return static_cast<std::uint8_t>(best);
+}
+
+}  // namespace
+
+TEST_CASE("fp8_e4m3: every code decodes to its field value; finite codes round-trip") {
+  int finite = 0;
+  for (int c = 0; c < 256; ++c) {
+    const auto code = static_cast<std::uint8_t>(c);
+    const double want = e4m3_value(code);
+    const float got = fp8_e4m3::from_bits(code).to_float();
+    CAPTURE(c);
+    if (std::isnan(want)) {
+      CHECK(std::isnan(got));
+      continue;
+    }
+    ++finite;
+    CHECK(static_cast<double>(got) == want);
+    CHECK(std::signbit(got) == ((c & 0x80) != 0));
+    CHECK(fp8_e4m3::from_float(got).bits == code);  // -0 stays -0
+  }
+  CHECK(finite == 254);
+  CHECK(fp8_e4m3::from_bits(0x7e).to_float() == 448.0f);
+  CHECK(fp8_e4m3::from_bits(0x01).to_float() == std::ldexp(1.0f, -9));
+}
+
+TEST_CASE("fp8_e4m3: from_float rounds to nearest even, saturates at 448, keeps NaN") {
+  // Every midpoint between neighbouring codes (and a hair either side) goes where the oracle says.
+  for (int c = 0; c < 0x7e; ++c) {
+    const double a = e4m3_value(static_cast<std::uint8_t>(c)), b = e4m3_value(static_cast<std::uint8_t>(c + 1));
+    const auto mid = static_cast<float>((a + b) / 2);  // exact: e4m3 midpoints need 5 significant bits
+    for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1000.0f), -mid}) {
+      CAPTURE(f);
+      CHECK(fp8_e4m3::from_float(f).bits == e4m3_oracle(f));
+    }
+    CHECK(fp8_e4m3::from_float(mid).bits == ((c & 1) == 0 ? c : c + 1));  // the tie goes to the even code
+  }
+  std::mt19937 rng(20261203);
+  std::uniform_real_distribution<float> expo(-14.0f, 10.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float f = (i % 2 == 0 ? 1.0f : -1.0f) * std::exp2(expo(rng));
+    CAPTURE(f);
+    CHECK(fp8_e4m3::from_float(f).bits == e4m3_oracle(f));
+  }
+  CHECK(fp8_e4m3::from_float(464.0f).bits == 0x7e);
+  CHECK(fp8_e4m3::from_float(1e30f).bits == 0x7e);
+  CHECK(fp8_e4m3::from_float(-std::numeric_limits<float>::infinity()).bits == 0xfe);
+  CHECK(fp8_e4m3::from_float(std::numeric_limits<float>::quiet_NaN()).bits == 0x7f);
+  CHECK(fp8_e4m3::from_float(std::ldexp(1.0f, -11)).bits == 0x00);  // a quarter of the least subnormal
+  CHECK(fp8_e4m3::from_float(std::ldexp(3.0f, -11)).bits == 0x01);
+}

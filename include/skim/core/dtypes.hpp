@@ -1,5 +1,6 @@
 #pragma once
-// Element types for Q, K, V and O: float, fp16 (skim::half) and bf16 (skim::bfloat16).
+// Element types for Q, K, V and O: float, fp16 (skim::half) and bf16 (skim::bfloat16); and
+// fp8 e4m3 (skim::fp8_e4m3), a code of quantised K/V only (core/quantized.hpp).
 //
 // half and bfloat16 are storage types: 16 raw bits, converted to float for arithmetic
 // (skim always accumulates in float). Conversions from float round to nearest, ties to
@@ -88,6 +89,48 @@ struct bfloat16 {
   }
 
   friend constexpr bool operator==(bfloat16, bfloat16) = default;
+};
+
+// fp8 e4m3 as quantised KV caches store it (the OCP "E4M3FN" code, CUDA's __nv_fp8_e4m3): sign,
+// 4 exponent bits (bias 7), 3 mantissa bits; subnormals; no infinities; 0x7f and 0xff are NaN;
+// the largest finite magnitude is 448. from_float rounds to nearest, ties to even, saturates
+// magnitudes beyond 448 (infinities included) to ±448 (CUDA's __NV_SATFINITE) and maps NaN to 0x7f.
+// Not an `element`: Q and O are never fp8, and K/V codes are read with their scales.
+struct fp8_e4m3 {
+  std::uint8_t bits = 0;
+
+  [[nodiscard]] static constexpr fp8_e4m3 from_bits(std::uint8_t b) noexcept { return fp8_e4m3{b}; }
+
+  [[nodiscard]] static constexpr fp8_e4m3 from_float(float f) noexcept {
+    const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+    const auto sign = static_cast<std::uint8_t>((x >> 24) & 0x80u);
+    const std::uint32_t abs = x & 0x7fffffffu;
+    if (abs > 0x7f800000u) return fp8_e4m3{0x7f};                              // NaN
+    if (abs >= 0x43e00000u) return fp8_e4m3{static_cast<std::uint8_t>(sign | 0x7eu)};  // >= 448: saturate
+    if (abs < 0x3c800000u) {  // below 2^-6, the smallest normal: a multiple of 2^-9, rounded
+      const float r = std::bit_cast<float>(abs) * 512.0f;  // exact (a power of two, no underflow)
+      auto n = static_cast<std::uint32_t>(r);
+      const float frac = r - static_cast<float>(n);
+      if (frac > 0.5f || (frac == 0.5f && (n & 1u))) ++n;  // n may become 8: the smallest normal, correct
+      return fp8_e4m3{static_cast<std::uint8_t>(sign | n)};
+    }
+    // Normal: rebias the exponent (127 -> 7) and round the 20 dropped mantissa bits (< 448: no overflow).
+    std::uint32_t h = (abs >> 20) - (120u << 3);
+    const std::uint32_t rem = abs & 0xfffffu;
+    if (rem > 0x80000u || (rem == 0x80000u && (h & 1u))) ++h;
+    return fp8_e4m3{static_cast<std::uint8_t>(sign | h)};
+  }
+
+  [[nodiscard]] constexpr float to_float() const noexcept {
+    const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x80u) << 24;
+    const std::uint32_t exp = (bits >> 3) & 0xfu;
+    const std::uint32_t mant = bits & 0x7u;
+    if (exp == 0xfu && mant == 0x7u) return std::bit_cast<float>(sign | 0x7fc00000u);
+    if (exp == 0) return std::bit_cast<float>(sign | std::bit_cast<std::uint32_t>(static_cast<float>(mant) * 0.001953125f));
+    return std::bit_cast<float>(sign | ((exp + 120u) << 23) | (mant << 20));
+  }
+
+  friend constexpr bool operator==(fp8_e4m3, fp8_e4m3) = default;
 };
 
 // Element types skim reads and writes.
