@@ -15,6 +15,8 @@
 //           --layout hnd|nhd (K/V head-major [heads_kv, tokens, dim], as the PyTorch peers hold them,
 //           or token-major [tokens, heads_kv, dim]; printed as "layout")
 //           --sets 4 (index sets rotated between timed runs) --reps 50 --index-out FILE
+//   decode: --kv same|fp8|int8 (K/V in Q's type, or 8-bit codes with a scale per block and kv head;
+//           printed as "kv"; the rate counts the codes' bytes and the scales')
 //   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
 //           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C (printed as
 //           "chunk_blocks": the executor's choice when 0) --cluster-merge 0|1 (decode::merge_in_cluster)
@@ -32,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -71,6 +74,7 @@ struct options {
   std::string dtype = "bf16";
   std::string layout = "hnd";  // K/V: hnd (head-major) or nhd (token-major)
   std::string kernel = "auto";  // decode's split kernel: simt (CUDA cores), mma (tensor cores), auto
+  std::string kv = "same";      // decode: K/V in Q's type, or quantised codes (fp8, int8)
   std::string index_out;
 };
 
@@ -104,6 +108,7 @@ options parse(int argc, char** argv) {
     else if (k == "--dtype") o.dtype = v;
     else if (k == "--kernel") o.kernel = v;
     else if (k == "--layout") o.layout = v;
+    else if (k == "--kv") o.kv = v;
     else if (k == "--fuse-append") o.fuse_append = std::atoi(v);
     else if (k == "--cluster-merge") o.cluster_merge = std::atoi(v);
     else if (k == "--share") o.share = std::atoi(v);
@@ -140,6 +145,31 @@ void fill_random(device_array<T>& a, unsigned seed) {
     const std::size_t m = std::min(h.size(), a.n - off);
     BENCH_CHECK(cudaMemcpy(a.p + off, h.data(), m * sizeof(T), cudaMemcpyHostToDevice));
   }
+}
+
+// Random 8-bit codes (int8 over its range, e4m3 a rounded N(0, 16²)) and scales near their
+// inverse, so that the values are about N(0, 1), tiled as fill_random's.
+template <class Code>
+void fill_codes(device_array<Code>& a, unsigned seed) {
+  constexpr std::size_t pattern = std::size_t(1) << 22;
+  std::vector<Code> h(std::min(a.n, pattern));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (Code& x : h) {
+    if constexpr (std::is_same_v<Code, std::int8_t>) x = static_cast<std::int8_t>(std::clamp(48.0f * nd(rng), -127.0f, 127.0f));
+    else x = Code::from_float(16.0f * nd(rng));
+  }
+  for (std::size_t off = 0; off < a.n; off += h.size()) {
+    const std::size_t m = std::min(h.size(), a.n - off);
+    BENCH_CHECK(cudaMemcpy(a.p + off, h.data(), m * sizeof(Code), cudaMemcpyHostToDevice));
+  }
+}
+void fill_scales(device_array<float>& a, float unit, unsigned seed) {
+  std::vector<float> h(a.n);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.5f, 2.0f);
+  for (float& x : h) x = unit * u(rng);
+  a.upload(h);
 }
 
 // Median of `reps` timed runs of f(rep) after 3 warm-up runs; milliseconds.
@@ -271,7 +301,40 @@ struct decode_batch {
   }
 };
 
-template <class T>
+// The K/V source decode reads: d's K/V (Code = T), or 8-bit codes with per-block scales.
+template <class T, class Code>
+struct decode_kv {
+  std::unique_ptr<device_array<Code>> k, v;
+  std::unique_ptr<device_array<float>> ks, vs;
+
+  decode_kv(const options& o, const decode_batch<T>& d) {
+    if constexpr (!std::is_same_v<T, Code>) {
+      (void)d;
+      const std::size_t elems = std::size_t(o.batch) * o.n * o.heads_kv * o.dim;
+      const std::size_t scales = std::size_t(o.batch) * ((o.n + o.bk - 1) / o.bk) * o.heads_kv;
+      k = std::make_unique<device_array<Code>>(elems);
+      v = std::make_unique<device_array<Code>>(elems);
+      ks = std::make_unique<device_array<float>>(scales);
+      vs = std::make_unique<device_array<float>>(scales);
+      fill_codes(*k, 2);
+      fill_codes(*v, 3);
+      const float unit = std::is_same_v<Code, std::int8_t> ? 1.0f / 48.0f : 1.0f / 16.0f;
+      fill_scales(*ks, unit, 4);
+      fill_scales(*vs, unit, 5);
+    }
+  }
+  [[nodiscard]] auto source(const options& o, const decode_batch<T>& d) const noexcept {
+    if constexpr (std::is_same_v<T, Code>) {
+      return d.kv(o);
+    } else {
+      using src = skim::cuda::device_contiguous_kv<Code>;
+      return skim::cuda::device_quantized_kv<src>::per_block(kv_of<Code>(o, k->p, v->p, std::int64_t(o.batch) * o.n),
+                                                             ks->p, vs->p, (o.n + o.bk - 1) / o.bk, o.heads_kv);
+    }
+  }
+};
+
+template <class T, class Code = T>
 int run_decode(const options& o) {
   const int kv_blocks = (o.n + o.bk - 1) / o.bk;
   const bool dense = o.blocks <= 0;
@@ -290,6 +353,7 @@ int run_decode(const options& o) {
   write_index(o, ids);
 
   const decode_batch<T> d(o);
+  const decode_kv<T, Code> kv(o, d);
   const skim::cuda::device_problem& p = d.prob;
   device_array<std::int32_t> d_ids(ids.size()), d_count(count.size());
   d_ids.upload(ids);
@@ -302,23 +366,24 @@ int run_decode(const options& o) {
   BENCH_STATUS(exec.can_implement(p));
   const std::size_t ws_bytes = exec.workspace_bytes(p, width);
   device_array<std::byte> ws(ws_bytes);
-  using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
+  using args_t = skim::cuda::device_attention_args<T, decltype(kv.source(o, d)), skim::cuda::device_block_table, T>;
   const auto run = [&](int rep, cudaStream_t stream) {
     args_t a{.prob = p,
              .q = d.q_view(o),
-             .kv = d.kv(o),
+             .kv = kv.source(o, d),
              .index = {.ids = d_ids.p + std::size_t(rep % sets) * rows * width, .count = d_count.p, .width = width, .rows = rows},
              .o = d.o_view(o)};
     BENCH_STATUS(exec.run(a, std::span<std::byte>(ws.p, ws_bytes), stream));
   };
   const double ms = time_median(o.reps, run);
   const double graph_ms = time_graph(o.reps, run);
-  const double bytes = 2.0 * double(rows) * width * o.bk * o.dim * sizeof(T);
+  const bool quantized = !std::is_same_v<T, Code>;
+  const double bytes = 2.0 * double(rows) * width * (double(o.bk) * o.dim * sizeof(Code) + (quantized ? 4.0 : 0.0));
   std::printf("{\"bench\": \"decode\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
               "\"bytes\": %.0f, \"tb_per_s\": %.3f, \"graph_ms\": %.5f, \"graph_tb_per_s\": %.3f, \"kernel\": \"%s\", "
-              "\"layout\": \"%s\", \"chunk_blocks\": %d, \"cluster_merge\": %d}\n",
+              "\"layout\": \"%s\", \"chunk_blocks\": %d, \"cluster_merge\": %d, \"kv\": \"%s\"}\n",
               o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9, graph_ms, bytes / graph_ms * 1e-9,
-              o.kernel.c_str(), o.layout.c_str(), exec.chunk(p, width), o.cluster_merge);
+              o.kernel.c_str(), o.layout.c_str(), exec.chunk(p, width), o.cluster_merge, o.kv.c_str());
   return 0;
 }
 
@@ -569,7 +634,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--kernel %s: simt, mma or auto\n", o.kernel.c_str());
     return 2;
   }
-  if (o.mode == "decode") return bf16 ? run_decode<skim::bfloat16>(o) : run_decode<skim::half>(o);
+  if (o.mode == "decode") {
+    if (o.kv == "fp8") return bf16 ? run_decode<skim::bfloat16, skim::fp8_e4m3>(o) : run_decode<skim::half, skim::fp8_e4m3>(o);
+    if (o.kv == "int8") return bf16 ? run_decode<skim::bfloat16, std::int8_t>(o) : run_decode<skim::half, std::int8_t>(o);
+    if (o.kv != "same") {
+      std::fprintf(stderr, "--kv %s: same, fp8 or int8\n", o.kv.c_str());
+      return 2;
+    }
+    return bf16 ? run_decode<skim::bfloat16>(o) : run_decode<skim::half>(o);
+  }
   if (o.mode == "step") return bf16 ? run_step<skim::bfloat16>(o) : run_step<skim::half>(o);
   std::fprintf(stderr, "unknown mode %s\n", o.mode.c_str());
   return 2;

@@ -32,6 +32,7 @@
 #include "skim/index/sink.hpp"
 #include "skim/index/sliding_window.hpp"
 #include "support/executor_cases.hpp"
+#include "support/quantized_case.hpp"
 #include "support/random_case.hpp"
 
 namespace {
@@ -329,6 +330,75 @@ void random_decode_case(std::uint32_t seed) {
       CHECK(g.error == 0u);
       check_against(s, g, ref, c.tokens_q(), tolerance<TO, T>(k));
     });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantised K/V: 8-bit codes with scales per (sequence, block, kv head) or per kv head
+// (support/quantized_case.hpp).
+
+// One random case with quantised K/V (Code), cuda_cores and automatic (which must pick it), against
+// the reference over the dequantised values.
+template <class Code>
+void random_quantized_case(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const case_spec s = random_decode_spec(rng);
+  const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
+  const host_index hi = random_index(c.prob(), rng, 20);
+  const bool per_block = chance(rng, 0.6);
+  tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
+  const sc::device_problem p = dc.prob(s);
+  const std::int32_t max_blocks = p.max_kv_blocks() + uniform(rng, 0, 2);
+  const quantized_host<Code> qh(c, rng, per_block, max_blocks);
+  decode dec;
+  dec.chunk_blocks = pick(rng, {0, 1, 2, 3, 8});
+  const bool csr = chance(rng, 0.5);
+  INFO("seed " << seed << ": " << s.describe() << (per_block ? ", scales per block" : ", scales per head")
+               << ", chunk_blocks " << dec.chunk_blocks << (csr ? ", csr" : ", table"));
+  MESSAGE("decode quantized seed " << seed << ": " << s.describe());
+
+  output<float> ref(c.spec, c.tokens_q());
+  const contiguous_kv<float> rkv{.k = strided_view<const float>::token_major(qh.kf.data(), c.cu_kv.back(), s.heads_kv, s.head_dim),
+                                 .v = strided_view<const float>::token_major(qh.vf.data(), c.cu_kv.back(), s.heads_kv, s.head_dim),
+                                 .cu_seqlens_kv = {}};
+  const attention_args<skim::bfloat16, contiguous_kv<float>, index::block_csr, float> ra{
+      .prob = c.prob(), .q = c.q_view(), .kv = rkv, .index = hi.csr_view(), .o = ref.view, .lse = ref.lse};
+  REQUIRE(exec::reference{}.run(ra, {}).ok());
+
+  const std::int64_t d = s.head_dim, hk = s.heads_kv;
+  const auto stored = [&](const std::vector<Code>& x, bool pages) {
+    if (!s.kv_head_major) return x;
+    const std::int64_t tokens = pages ? s.page_size : static_cast<std::int64_t>(x.size()) / (d * hk);
+    return heads_outside(x, pages ? c.num_pages : 1, tokens, hk, d);
+  };
+  const tc::buffer<Code> k(stored(qh.k, false)), v(stored(qh.v, false)), kp(stored(qh.k_pages, true)),
+      vp(stored(qh.v_pages, true));
+  const tc::buffer<float> ks(qh.k_scales), vs(qh.v_scales);
+  const device_index di(hi);
+  const auto quantize = [&](const auto& codes) {
+    return sc::device_quantized_kv<std::decay_t<decltype(codes)>>{codes, ks.data(), vs.data(), qh.seq_stride,
+                                                                   qh.block_stride, qh.head_stride};
+  };
+  const auto cs = dc.contiguous(s);
+  const auto ps = dc.paged(c);
+  for (const decode_kernel kern : {decode_kernel::cuda_cores, decode_kernel::automatic}) {
+    INFO("kernel " << kernel_name(kern));
+    const decode dk = with_kernel(dec, kern);
+    const auto check = [&](const auto& kv) {
+      const auto g = csr ? run_decode<float>(dk, dc, p, kv, di.csr(static_cast<std::int64_t>(hi.col_idx.size())), c.tokens_q())
+                         : run_decode<float>(dk, dc, p, kv, di.table(), c.tokens_q());
+      CHECK(g.error == 0u);
+      check_against(s, g, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(decode_kernel::cuda_cores));
+    };
+    if (s.paged) {
+      check(quantize(sc::device_paged_kv<Code>{.k_pages = kp.data(), .v_pages = vp.data(), .num_pages = ps.num_pages,
+                                                .page_size = ps.page_size, .page_stride = ps.page_stride,
+                                                .token_stride = ps.token_stride, .head_stride = ps.head_stride,
+                                                .page_indptr = ps.page_indptr, .page_indices = ps.page_indices}));
+    } else {
+      check(quantize(sc::device_contiguous_kv<Code>{.k = k.data(), .v = v.data(), .token_stride = cs.token_stride,
+                                                     .head_stride = cs.head_stride}));
+    }
   }
 }
 
@@ -804,4 +874,63 @@ TEST_CASE("decode host errors") {
     a.kv.token_stride = 132 * 2;
     CHECK(dec.run(a, {}, nullptr).code() == status_code::misaligned);
   }
+}
+
+// Quantised K/V (int8, fp8 e4m3) through the CUDA-core kernel: random shapes, both sources and
+// layouts, scales per block or per head, against the reference over the dequantised values.
+TEST_CASE_TEMPLATE("decode quantized K/V against reference", Code, std::int8_t, skim::fp8_e4m3) {
+  const std::uint32_t base = std::is_same_v<Code, std::int8_t> ? 3000 : 3100;
+  for (std::uint32_t i = 0; i < 24; ++i) random_quantized_case<Code>(base + i);
+}
+
+TEST_CASE("decode quantized host errors: kernel, scales, alignment") {
+  std::mt19937 rng(11);
+  case_spec s;
+  s.head_dim = 64;
+  s.heads_kv = 2;
+  s.heads_q = 8;
+  s.block_q = 1;
+  s.block_kv = 16;
+  s.seqs = {{1, 70}, {1, 33}};
+  const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
+  host_index hi;
+  hi.rows = {{0, 2}, {1, 4}, {0, 1}, {2}};
+  hi.finish(0);
+  tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
+  const device_index di(hi);
+  const sc::device_problem p = dc.prob(s);
+  const tc::buffer<skim::fp8_e4m3> k8(c.k.size()), v8(c.k.size());
+  const tc::buffer<float> scales(static_cast<std::size_t>(s.heads_kv));
+  using source = sc::device_contiguous_kv<skim::fp8_e4m3>;
+  const source codes{.k = k8.data(), .v = v8.data(), .token_stride = s.heads_kv * s.head_dim, .head_stride = s.head_dim};
+  tc::buffer<float> o(static_cast<std::size_t>(c.tokens_q()) * s.heads_q * s.head_dim);
+  const auto args = [&](const sc::device_quantized_kv<source>& kv) {
+    return sc::device_attention_args<skim::bfloat16, sc::device_quantized_kv<source>, sc::device_block_table, float>{
+        .prob = p,
+        .q = sc::device_view<const skim::bfloat16>::token_major(dc.q.data(), p.heads_q, p.head_dim),
+        .kv = kv,
+        .index = di.table(),
+        .o = sc::device_view<float>::token_major(o.data(), p.heads_q, p.head_dim),
+        .lse = nullptr};
+  };
+  const auto kv = sc::device_quantized_kv<source>::per_head(codes, scales.data(), scales.data());
+  decode dec;
+  const std::size_t need = dec.workspace_bytes(p, hi.width);
+  tc::buffer<std::uint8_t> ws(std::max<std::size_t>(need, 1));
+  const status tc_st = with_kernel(dec, decode_kernel::tensor_cores).run(args(kv), ws.bytes(need), nullptr);
+  CHECK(tc_st.code() == status_code::unsupported);
+  auto null_scales = kv;
+  null_scales.v_scales = nullptr;
+  const status ns = dec.run(args(null_scales), ws.bytes(need), nullptr);
+  CHECK(ns.code() == status_code::invalid_argument);
+  CHECK(std::string(ns.message()).find("scales") != std::string::npos);
+  auto negative = kv;
+  negative.scale_block_stride = -1;
+  CHECK(dec.run(args(negative), ws.bytes(need), nullptr).code() == status_code::invalid_argument);
+  auto misaligned = kv;
+  misaligned.codes.token_stride = s.heads_kv * s.head_dim + 4;
+  CHECK(dec.run(args(misaligned), ws.bytes(need), nullptr).code() == status_code::misaligned);
+  CHECK(dec.run(args(kv), ws.bytes(need), nullptr).ok());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK(dc.error_bits() == 0u);
 }

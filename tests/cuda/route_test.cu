@@ -19,6 +19,7 @@
 #include "skim/decode_step.cuh"
 #include "skim/index/head_shared.hpp"
 #include "skim/route/head_pool.hpp"
+#include "support/quantized_case.hpp"
 
 namespace {
 
@@ -603,6 +604,71 @@ void check_summaries(const case_spec& s, std::mt19937& rng) {
   CHECK(once.error_bits() == 0);
 }
 
+// Summaries of a quantised cache (core/cuda/quantized.cuh): built from 8-bit codes and their scales
+// (per block or per head), they equal the CPU's over the dequantised keys, bit for bit, for max_bound
+// <float> and multi_centroid<2>. A paged cache then grows key by key, each step appended alone or
+// fused into the router's score kernel; the route after a fused step is the CPU pipeline's over the
+// dequantised keys. dd holds the dequantised keys (the expectations read them); the device summaries
+// are written only from the codes.
+template <class Code, class S>
+void check_quantized_summaries(const case_spec& s, std::mt19937& rng) {
+  using TS = float;  // quantised keys are summarised in float
+  const bool per_block = skim::test::chance(rng, 0.6);
+  INFO(s.describe(), per_block ? " | scales per block" : " | scales per head");
+  const random_case<float, float> shape(s, rng);
+  const std::vector<std::int32_t> full = kv_lengths(s);
+  const std::int32_t capacity = blocks_of(*std::max_element(full.begin(), full.end()), s.block_kv) + 1;
+  const skim::test::quantized_host<Code> qh(shape, rng, per_block, capacity);
+  random_case<float, float> c = shape;  // the dequantised keys, for the expectations
+  c.k = qh.kf;
+  const sc::decode_router router = random_router(rng);
+  device_decode<float, float, TS, S> dd(c, router);
+  const buffer<Code> k(device_copy(qh.k)), kp(device_copy(qh.k_pages));
+  const buffer<float> ks(device_copy(qh.k_scales));
+  const std::int64_t hs = s.head_dim, ts = hs * s.heads_kv;
+  const auto quantize = [&](const auto& codes) {
+    return sc::device_quantized_kv<std::decay_t<decltype(codes)>>{codes, ks.data(), ks.data(), qh.seq_stride,
+                                                                   qh.block_stride, qh.head_stride};
+  };
+  const auto contiguous = quantize(sc::device_contiguous_kv<Code>{.k = k.data(), .v = k.data(), .token_stride = ts,
+                                                                   .head_stride = hs});
+  const auto paged = quantize(sc::device_paged_kv<Code>{
+      .k_pages = kp.data(), .v_pages = kp.data(), .num_pages = c.num_pages, .page_size = s.page_size,
+      .page_stride = ts * s.page_size, .token_stride = ts, .head_stride = hs, .page_indptr = dd.page_indptr.data(),
+      .page_indices = dd.page_indices.data()});
+
+  SKIM_REQUIRE_OK(sc::build(dd.prob(), contiguous, dd.summaries(), nullptr));
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  expect_summaries(dd, full);
+  CHECK(dd.error_bits() == 0);
+
+  std::vector<std::int32_t> lens = full;
+  std::int32_t steps = 0;
+  for (std::int32_t& l : lens) {
+    const std::int32_t cut = std::min(l, skim::test::uniform(rng, 0, s.block_kv + 3));
+    l -= cut;
+    steps = std::max(steps, cut);
+  }
+  dd.set_lengths(lens);
+  SKIM_REQUIRE_OK(sc::build(dd.prob(), paged, dd.summaries(), nullptr));
+  for (std::int32_t step = 0; step < steps; ++step) {
+    for (std::size_t b = 0; b < lens.size(); ++b) lens[b] = std::min(lens[b] + 1, full[b]);
+    dd.set_lengths(lens);
+    const bool fused = step % 2 == 1;
+    if (fused) {
+      SKIM_REQUIRE_OK(dd.router.run(dd.args(), paged, std::span<std::byte>(dd.workspace.data(), dd.workspace.size()),
+                                    nullptr));
+    } else {
+      SKIM_REQUIRE_OK(sc::append_newest(dd.prob(), paged, dd.summaries(), nullptr));
+    }
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+    INFO("after append step ", step + 1, " of ", steps, fused ? " (fused)" : "");
+    expect_summaries(dd, lens);
+    if (fused) expect_cpu_route(dd, lens);
+  }
+  CHECK(dd.error_bits() == 0);
+}
+
 // Block sizes for multi_centroid cases: skim::defaults' 4, ragged sub-chunks (3, 5), one key a block,
 // and the larger blocks of the max_bound cases.
 case_spec centroid_spec(std::mt19937& rng, std::int32_t max_blocks, std::int32_t max_batch, std::int64_t elements) {
@@ -1127,4 +1193,16 @@ TEST_CASE("route small routed table: bad input rejected on the host") {
   SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
   CHECK(dd.error_bits() == 0);
   expect_cpu_route(dd, kv_lengths(s));
+}
+
+TEST_CASE("route quantized K: summaries of int8 and fp8 codes equal the CPU's over the dequantised keys") {
+  seeded(6, [&](std::mt19937& rng, int) {
+    case_spec s = decode_spec(rng, 8, 3, 200'000);
+    s.block_kv = skim::test::pick(rng, {16, 32});
+    check_quantized_summaries<std::int8_t, sc::device_max_bound<float>>(s, rng);
+    check_quantized_summaries<skim::fp8_e4m3, sc::device_max_bound<float>>(s, rng);
+    const case_spec cs = centroid_spec(rng, 10, 3, 200'000);
+    check_quantized_summaries<std::int8_t, centroids>(cs, rng);
+    check_quantized_summaries<skim::fp8_e4m3, centroids>(cs, rng);
+  });
 }

@@ -33,8 +33,11 @@
 //
 // Contracts
 //  - Types: Q and K/V skim::bfloat16 or skim::half (fp32 inside), O the same 16-bit types or float.
-//    K/V rows must be 16-byte aligned: base pointers aligned to 16 bytes and every K/V stride a
-//    multiple of 8 elements (status misaligned otherwise). Q and O take any strides.
+//    K/V may instead be quantised (core/cuda/quantized.cuh: int8 or fp8 e4m3 codes with a K and a V
+//    scale per (sequence, block, kv head)); the CUDA-core kernel reads them (automatic picks it),
+//    with S = scale_k · (q · code) and P·V as (P · scale_v) · code in fp32.
+//    K/V base pointers must be aligned to 16 bytes and every K/V stride a multiple of 8 elements
+//    (status misaligned otherwise). Q and O take any strides.
 //  - head_dim 64 or 128; max_seqlen_q <= max_queries; heads per unit × min(block_q, max_seqlen_q)
 //    <= 64 (status unsupported otherwise: prefill belongs to a prefill executor).
 //  - Index rows are numbered as skim::problem numbers them: (q_block_offset(b) + i) · index_heads + h,
@@ -75,6 +78,7 @@
 #include "skim/core/status.hpp"
 #include "skim/core/workspace.hpp"
 #include "skim/core/cuda/common.cuh"
+#include "skim/core/cuda/quantized.cuh"
 #include "skim/exec/cuda/decode_common.cuh"
 #include "skim/exec/cuda/decode_simt.cuh"
 #include "skim/exec/cuda/decode_mma.cuh"
@@ -183,8 +187,10 @@ struct decode {
                            std::int32_t max_selected_blocks, std::span<std::byte> workspace,
                            cudaStream_t stream) const noexcept {
     using TKV = typename KV::value_type;
+    constexpr bool quantized = skim::cuda::is_device_quantized_kv_v<KV>;
     static_assert(skim::cuda::is_device_element_v<TQ>, "cuda::decode: Q must be skim::bfloat16 or skim::half");
-    static_assert(skim::cuda::is_device_element_v<TKV>, "cuda::decode: K/V must be skim::bfloat16 or skim::half");
+    static_assert(quantized ? skim::cuda::is_device_code_v<TKV> : skim::cuda::is_device_element_v<TKV>,
+                  "cuda::decode: K/V must be skim::bfloat16 or skim::half, or a device_quantized_kv of int8 / fp8_e4m3 codes");
     static_assert(skim::cuda::is_device_element_v<TO> || std::is_same_v<TO, float>,
                   "cuda::decode: O must be skim::bfloat16, skim::half or float");
     static_assert(skim::cuda::is_device_index_v<Index> || skim::cuda::is_routed_device_index_v<Index>,
@@ -235,7 +241,8 @@ struct decode {
                                                                                   InCluster, launched);
         }
       }
-      const std::size_t smem = detail::decode_impl::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
+      const std::size_t smem = detail::decode_impl::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks,
+                                                                 static_cast<int>(sizeof(TKV)), quantized);
       if (p.head_dim == 64) {
         return launch_split<detail::decode_impl::split_kernel<64, InCluster, TQ, KV, Index, TO>>(grid, smem, stream, a, lp,
                                                                                            InCluster, launched);
@@ -331,6 +338,10 @@ struct decode {
                            static_cast<long long>(s.token_stride), static_cast<long long>(s.head_stride));
     }
     return status::success();
+  }
+  template <class Source>
+  [[nodiscard]] static status check_alignment(const skim::cuda::device_quantized_kv<Source>& s) noexcept {
+    return check_alignment(s.codes);  // 8 codes are 8 bytes: the 8-byte copies of the CUDA-core kernel
   }
   template <class T>
   [[nodiscard]] static status check_alignment(const skim::cuda::device_paged_kv<T>& s) noexcept {

@@ -40,27 +40,36 @@ inline constexpr float log2e = 1.4426950408889634f;
 inline constexpr float ln2 = 0.6931471805599453f;
 inline constexpr std::int32_t no_key = 0x7fffffff;  // token of a tile slot with nothing loaded: above every limit
 
-// Lane geometry for head_dim D: each lane owns 16 dims of one key.
-template <int D>
+// Lane geometry for head_dim D and K/V elements of Bytes bytes (2: fp16/bf16; 1: 8-bit codes):
+// each lane owns 16 dims of one key, as two chunks of 8 dims (16 or 8 bytes). A tile moves 4 KB of
+// K + V per warp either way: 8-bit tiles have twice the steps.
+template <int D, int Bytes = 2>
 struct geometry {
   static_assert(D == 64 || D == 128, "decode supports head_dim 64 and 128");
+  static_assert(Bytes == 1 || Bytes == 2, "decode reads 16-bit elements or 8-bit codes");
   static constexpr int dims_per_lane = 16;
   static constexpr int lanes_per_key = D / dims_per_lane;  // 8 (d128) or 4 (d64)
-  static constexpr int keys_per_step = 32 / lanes_per_key; // 4 or 8 keys per warp-wide 16-byte load
-  static constexpr int steps = 2;                          // steps per tile
-  static constexpr int tile_keys = steps * keys_per_step;  // 8 or 16: 4 KB of K + V per warp at 16 bits
+  static constexpr int keys_per_step = 32 / lanes_per_key; // 4 or 8 keys per warp-wide chunk load
+  static constexpr int steps = 4 / Bytes;                  // steps per tile: 2, or 4 for 8-bit codes
+  static constexpr int tile_keys = steps * keys_per_step;  // 8 or 16 (16-bit), 16 or 32 (8-bit)
+  static constexpr int chunk_bytes = 8 * Bytes;            // one lane's 8 dims
 };
 
 // Shared memory (dynamic), in this order:
-//   kv     [warps][stages][2 (K, V)][steps][2 (chunk c, c + lanes_per_key)][32 lanes] uint4
+//   kv     [warps][stages][2 (K, V)][steps][2 (chunk c, c + lanes_per_key)][32 lanes] chunks of
+//          chunk_bytes (4 KB per stage for either element size)
 //   tok    [warps][stages][steps][32 lanes] int32: token of the lane's key, no_key if nothing loaded
 //   q      [q_rows][4][lanes_per_key][4] float: row u's dims as lane c reads them (conflict-free)
 //   ids    [chunk_blocks] int32
+//   scales [chunk_blocks][2] float: K and V scales of each id (quantised sources only)
 // The epilogue's per-slice states alias kv (after a barrier):
 //   comb_o [combine_rows][D] float, comb_m [combine_rows], comb_l [combine_rows]
-inline constexpr std::size_t kv_uint4_per_warp = static_cast<std::size_t>(stages) * 2 * 2 * 2 * 32;
+inline constexpr std::size_t stage_uint4 = 2 * 2 * 2 * 32;  // one stage's K and V, in uint4
+inline constexpr std::size_t kv_uint4_per_warp = static_cast<std::size_t>(stages) * stage_uint4;
 inline constexpr std::size_t kv_bytes = warps * kv_uint4_per_warp * 16;
-inline constexpr std::size_t tok_bytes = static_cast<std::size_t>(warps) * stages * 2 * 32 * 4;
+[[nodiscard]] constexpr std::size_t tok_bytes_for(int steps) noexcept {
+  return static_cast<std::size_t>(warps) * stages * steps * 32 * 4;
+}
 static_assert(2 * combine_rows * (128 + 2) * 4 <= kv_bytes,
               "the epilogue's states and a pass's partial (cluster merge) fit in the K/V buffers");
 static_assert(combine_rows == warps * rows_per_warp);
@@ -68,10 +77,14 @@ static_assert(combine_rows == warps * rows_per_warp);
 [[nodiscard]] constexpr std::int32_t q_rows(std::int32_t unit_rows) noexcept {
   return (unit_rows + rows_per_warp - 1) / rows_per_warp * rows_per_warp;
 }
-[[nodiscard]] constexpr std::size_t shared_bytes(std::int32_t head_dim, std::int32_t max_rows,
-                                                 std::int32_t chunk_blocks) noexcept {
-  return kv_bytes + tok_bytes + static_cast<std::size_t>(q_rows(max_rows)) * head_dim * 4 +
-         (static_cast<std::size_t>(chunk_blocks) * 4 + 15) / 16 * 16;
+[[nodiscard]] constexpr std::size_t ids_bytes(std::int32_t chunk_blocks) noexcept {
+  return (static_cast<std::size_t>(chunk_blocks) * 4 + 15) / 16 * 16;
+}
+// The CUDA-core kernel's shared memory for K/V elements of code_bytes bytes (scales: a quantised source).
+[[nodiscard]] constexpr std::size_t shared_bytes(std::int32_t head_dim, std::int32_t max_rows, std::int32_t chunk_blocks,
+                                                 int code_bytes = 2, bool scales = false) noexcept {
+  return kv_bytes + tok_bytes_for(4 / code_bytes) + static_cast<std::size_t>(q_rows(max_rows)) * head_dim * 4 +
+         ids_bytes(chunk_blocks) + (scales ? 2 * ids_bytes(chunk_blocks) : 0);
 }
 
 // What the host computed for a launch.
@@ -89,6 +102,7 @@ struct launch_params {
 // Small device helpers
 
 using skim::cuda::ptx::cp_async_16;  // ptx.cuh, shared with the prefill and tensor-core kernels
+using skim::cuda::ptx::cp_async_8;
 using skim::cuda::ptx::cp_async_commit;
 using skim::cuda::ptx::cp_async_wait;
 using skim::cuda::ptx::exp2_approx;  // 2^-inf = 0: the masked and empty cases rely on it

@@ -3,11 +3,13 @@
 // decode_mma.cuh), with the per-sequence lookups hoisted out of the key loop: a contiguous source's
 // base pointers, or a paged source's page list. rows() gives a token's K and V rows, offset() the
 // same as one element offset from k_base() / v_base() (the tensor-core kernel hands one offset per
-// key to its copying lanes).
+// key to its copying lanes). A quantised source (core/cuda/quantized.cuh) has its codes' rows and the
+// scales of the (sequence, kv head): k_scale(j) / v_scale(j) of key block j.
 
 #include <cstdint>
 
 #include "skim/core/cuda/common.cuh"
+#include "skim/core/cuda/quantized.cuh"
 
 namespace skim::cuda::detail::decode_impl {
 
@@ -81,6 +83,24 @@ struct kv_rows<skim::cuda::device_paged_kv<T>> {
   }
   [[nodiscard]] __device__ __forceinline__ const T* k_base() const noexcept { return k_pages; }
   [[nodiscard]] __device__ __forceinline__ const T* v_base() const noexcept { return v_pages; }
+};
+
+template <class Source>
+struct kv_rows<skim::cuda::device_quantized_kv<Source>> : kv_rows<Source> {
+  const float* k_scales = nullptr;  // block 0 of (b, kv head)
+  const float* v_scales = nullptr;
+  std::int64_t block_stride = 0;
+
+  __device__ __forceinline__ kv_rows(const skim::cuda::device_quantized_kv<Source>& s, const device_row& r,
+                                     std::int32_t b, std::int32_t kv_head) noexcept
+      : kv_rows<Source>(s.codes, r, b, kv_head),
+        k_scales(s.k_scales + s.scale_index(b, 0, kv_head)),
+        v_scales(s.v_scales + s.scale_index(b, 0, kv_head)),
+        block_stride(s.scale_block_stride) {}
+
+  // @pre 0 <= j < the row's visible blocks
+  [[nodiscard]] __device__ __forceinline__ float k_scale(std::int32_t j) const noexcept { return k_scales[j * block_stride]; }
+  [[nodiscard]] __device__ __forceinline__ float v_scale(std::int32_t j) const noexcept { return v_scales[j * block_stride]; }
 };
 
 }  // namespace skim::cuda::detail::decode_impl

@@ -12,14 +12,17 @@
 //              into shared memory as fp32 pre-scaled by scale·log2(e).
 //   main loop  8 warps. Rows go to warps in groups of rows_per_warp (4); when a unit has fewer than
 //              8 groups, the warps of a group split the chunk's keys (slices). Keys come in tiles of
-//              tile_keys (8 at d = 128, 16 at d = 64) that never straddle a block; slice s takes tiles
-//              s, s + slices, ... A key is read by lanes_per_key (d/16) lanes, 16 dims each (two
-//              16-byte chunks, c and c + lanes_per_key, so each 16-byte load of the warp covers
-//              128 contiguous bytes of a row). K and V go global → shared memory by cp.async into
+//              tile_keys (8 at d = 128, 16 at d = 64; twice that for 8-bit codes) that never straddle
+//              a block; slice s takes tiles s, s + slices, ... A key is read by lanes_per_key (d/16)
+//              lanes, 16 dims each (two chunks of 8 dims, c and c + lanes_per_key, so each chunk load
+//              of the warp covers 128 (64) contiguous bytes of a row). K and V go global → shared memory by cp.async into
 //              `stages` lane-private buffers (each lane reads back exactly the bytes it copied, so
 //              no barrier is needed between the copy and the use), so stages − 1 tiles (8 KB per warp)
 //              are in flight while one is computed. Scores: fp32 dot over 16 dims, then a butterfly
 //              over the key's lanes; online softmax per row in the log2 domain (m is warp-uniform).
+//              Quantised K/V (core/cuda/quantized.cuh): codes widen exactly to fp32; a tile's key
+//              block has one K and one V scale (loaded with the ids): S = scale_k · (q · code_k), and
+//              P · (scale_v · code_v) is accumulated as (P · scale_v) · code_v (l sums P).
 //   epilogue   o and l summed over the lanes of different keys, per-slice (m, l, o) through shared
 //              memory, combined in slice order; a unit whose row has one split writes O and lse, a
 //              split of a longer row writes its partial (m, l, o) to the workspace, or with the
@@ -51,6 +54,7 @@ template <int D, class KV>
 struct chunk_view {
   kv_rows<KV> src;
   const std::int32_t* ids;  // shared [chunk entries], -1 = skipped
+  const float2* scales;     // shared [chunk entries] (K, V) scales of a quantised source; else null
   std::int32_t entries;     // ids in this chunk
   std::int32_t block_kv;
   std::int32_t tiles_per_block;
@@ -58,11 +62,21 @@ struct chunk_view {
   std::uint32_t* error;     // device error word or null
 };
 
+// K/V element size of a source (8-bit codes or 16-bit elements).
+template <class KV>
+inline constexpr int kv_bytes_of = static_cast<int>(sizeof(typename KV::value_type));
+// One lane's chunk of 8 dims.
+template <int Bytes>
+using chunk_t = std::conditional_t<Bytes == 1, uint2, uint4>;
+
 template <int D, class KV>
-__device__ __forceinline__ void issue_tile(const chunk_view<D, KV>& cv, std::int32_t tile, uint4* kv_stage,
+__device__ __forceinline__ void issue_tile(const chunk_view<D, KV>& cv, std::int32_t tile, uint4* kv_stage_raw,
                                            std::int32_t* tok_stage) noexcept {
-  using G = geometry<D>;
+  constexpr int B = kv_bytes_of<KV>;
+  using G = geometry<D, B>;
   using T = typename KV::value_type;
+  using C = chunk_t<B>;
+  C* const kv_stage = reinterpret_cast<C*>(kv_stage_raw);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int ks = lane / G::lanes_per_key, c = lane % G::lanes_per_key;
   const std::int32_t j = tile / cv.tiles_per_block;
@@ -80,14 +94,21 @@ __device__ __forceinline__ void issue_tile(const chunk_view<D, KV>& cv, std::int
       const T* kr;
       const T* vr;
       if (cv.src.rows(tok, kr, vr)) {
-        const uint4* k4 = reinterpret_cast<const uint4*>(kr);
-        const uint4* v4 = reinterpret_cast<const uint4*>(vr);
-        uint4* k_slot = kv_stage + (0 * G::steps + step) * 64 + lane;
-        uint4* v_slot = kv_stage + (1 * G::steps + step) * 64 + lane;
-        cp_async_16(k_slot, k4 + c);
-        cp_async_16(k_slot + 32, k4 + c + G::lanes_per_key);
-        cp_async_16(v_slot, v4 + c);
-        cp_async_16(v_slot + 32, v4 + c + G::lanes_per_key);
+        const C* k4 = reinterpret_cast<const C*>(kr);
+        const C* v4 = reinterpret_cast<const C*>(vr);
+        C* k_slot = kv_stage + (0 * G::steps + step) * 64 + lane;
+        C* v_slot = kv_stage + (1 * G::steps + step) * 64 + lane;
+        if constexpr (B == 2) {
+          cp_async_16(k_slot, k4 + c);
+          cp_async_16(k_slot + 32, k4 + c + G::lanes_per_key);
+          cp_async_16(v_slot, v4 + c);
+          cp_async_16(v_slot + 32, v4 + c + G::lanes_per_key);
+        } else {
+          cp_async_8(k_slot, k4 + c);
+          cp_async_8(k_slot + 32, k4 + c + G::lanes_per_key);
+          cp_async_8(v_slot, v4 + c);
+          cp_async_8(v_slot + 32, v4 + c + G::lanes_per_key);
+        }
       } else {
         if (c == 0 && cv.error != nullptr) atomicOr(cv.error, skim::cuda::bad_page);
         tok = no_key;
@@ -97,11 +118,21 @@ __device__ __forceinline__ void issue_tile(const chunk_view<D, KV>& cv, std::int
   }
 }
 
-// Online softmax of one tile (already in this lane's stage buffers) into w.
-template <int D, class T>
-__device__ __forceinline__ void attend_tile(const uint4* kv_stage, const std::int32_t* tok_stage, const float* q_group,
-                                            warp_rows<D>& w) noexcept {
-  using G = geometry<D>;
+// Eight elements (one chunk) to floats: 16-bit elements, or 8-bit codes (their values before scaling).
+template <class T>
+__device__ __forceinline__ void widen_chunk(const uint4& w, float* f) noexcept { widen8<T>(w, f); }
+template <class T>
+__device__ __forceinline__ void widen_chunk(const uint2& w, float* f) noexcept { skim::cuda::widen8_codes<T>(w, f); }
+
+// Online softmax of one tile (already in this lane's stage buffers) into w; ks, vs: the tile's K and
+// V scales (Quantized only).
+template <int D, class T, bool Quantized>
+__device__ __forceinline__ void attend_tile(const uint4* kv_stage_raw, const std::int32_t* tok_stage, const float* q_group,
+                                            float ks, float vs, warp_rows<D>& w) noexcept {
+  constexpr int B = static_cast<int>(sizeof(T));
+  using G = geometry<D, B>;
+  using C = chunk_t<B>;
+  const C* const kv_stage = reinterpret_cast<const C*>(kv_stage_raw);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int c = lane % G::lanes_per_key;
   constexpr float neg_inf = -INFINITY;
@@ -112,8 +143,8 @@ __device__ __forceinline__ void attend_tile(const uint4* kv_stage, const std::in
   for (int step = 0; step < G::steps; ++step) {
     tok[step] = tok_stage[step * 32 + lane];
     float kf[16];
-    widen8<T>(kv_stage[(0 * G::steps + step) * 64 + lane], kf);
-    widen8<T>(kv_stage[(0 * G::steps + step) * 64 + 32 + lane], kf + 8);
+    widen_chunk<T>(kv_stage[(0 * G::steps + step) * 64 + lane], kf);
+    widen_chunk<T>(kv_stage[(0 * G::steps + step) * 64 + 32 + lane], kf + 8);
 #pragma unroll
     for (int rr = 0; rr < rows_per_warp; ++rr) {
       const float4* q4 = reinterpret_cast<const float4*>(q_group) + rr * 4 * G::lanes_per_key + c;
@@ -128,6 +159,7 @@ __device__ __forceinline__ void attend_tile(const uint4* kv_stage, const std::in
       }
 #pragma unroll
       for (int x = 1; x < G::lanes_per_key; x *= 2) acc += __shfl_xor_sync(0xffffffffu, acc, x);
+      if constexpr (Quantized) acc *= ks;
       // A key outside the row's view (or not loaded: tok = no_key) gets -inf; its K bits, stale or
       // never written, are ignored by the select.
       s[step][rr] = tok[step] < w.vis[rr] ? acc : neg_inf;
@@ -169,19 +201,20 @@ __device__ __forceinline__ void attend_tile(const uint4* kv_stage, const std::in
 
 #pragma unroll
   for (int step = 0; step < G::steps; ++step) {
-    uint4 v0 = kv_stage[(1 * G::steps + step) * 64 + lane];
-    uint4 v1 = kv_stage[(1 * G::steps + step) * 64 + 32 + lane];
+    C v0 = kv_stage[(1 * G::steps + step) * 64 + lane];
+    C v1 = kv_stage[(1 * G::steps + step) * 64 + 32 + lane];
     if (tok[step] == no_key) {  // never written or stale: p is 0, but 0 · NaN is not
-      v0 = make_uint4(0, 0, 0, 0);
+      v0 = C{};
       v1 = v0;
     }
     float vf[16];
-    widen8<T>(v0, vf);
-    widen8<T>(v1, vf + 8);
+    widen_chunk<T>(v0, vf);
+    widen_chunk<T>(v1, vf + 8);
 #pragma unroll
     for (int rr = 0; rr < rows_per_warp; ++rr) {
+      const float pw = Quantized ? s[step][rr] * vs : s[step][rr];
 #pragma unroll
-      for (int e = 0; e < 16; ++e) w.o[rr][e] = fmaf(s[step][rr], vf[e], w.o[rr][e]);
+      for (int e = 0; e < 16; ++e) w.o[rr][e] = fmaf(pw, vf[e], w.o[rr][e]);
     }
   }
 }
@@ -191,8 +224,9 @@ template <int D, class KV>
 __device__ __forceinline__ void attend_slice(const chunk_view<D, KV>& cv, std::int32_t slice, std::int32_t slices,
                                              uint4* kv_warp, std::int32_t* tok_warp, const float* q_group,
                                              warp_rows<D>& w) noexcept {
-  using G = geometry<D>;
-  constexpr int kv_stage_uint4 = 2 * G::steps * 64;
+  using G = geometry<D, kv_bytes_of<KV>>;
+  constexpr bool quantized = skim::cuda::is_device_quantized_kv_v<KV>;
+  constexpr int kv_stage_uint4 = static_cast<int>(stage_uint4);
   constexpr int tok_stage_ints = G::steps * 32;
   const std::int32_t tiles = cv.entries * cv.tiles_per_block;
   const std::int32_t mine = slice < tiles ? (tiles - slice + slices - 1) / slices : 0;
@@ -212,7 +246,14 @@ __device__ __forceinline__ void attend_slice(const chunk_view<D, KV>& cv, std::i
     cp_async_commit();
     cp_async_wait<stages - 1>();  // groups 0..k complete: tile k is in its buffer
     const int st = k % stages;
-    attend_tile<D, typename KV::value_type>(kv_warp + st * kv_stage_uint4, tok_warp + st * tok_stage_ints, q_group, w);
+    float ks = 1.0f, vs = 1.0f;
+    if constexpr (quantized) {  // the tile's block: one shared-memory read for the warp
+      const float2 sc = cv.scales[(slice + k * slices) / cv.tiles_per_block];
+      ks = sc.x;
+      vs = sc.y;
+    }
+    attend_tile<D, typename KV::value_type, quantized>(kv_warp + st * kv_stage_uint4, tok_warp + st * tok_stage_ints,
+                                                       q_group, ks, vs, w);
   }
   cp_async_wait<0>();
 }
@@ -223,7 +264,8 @@ __device__ __forceinline__ void attend_slice(const chunk_view<D, KV>& cv, std::i
 template <int D, bool InCluster, class TQ, class KV, class Index, class TO>
 __global__ void __launch_bounds__(threads, 1)
     split_kernel(const __grid_constant__ device_attention_args<TQ, KV, Index, TO> a, const launch_params lp) {
-  using G = geometry<D>;
+  using G = geometry<D, kv_bytes_of<KV>>;
+  constexpr bool quantized = skim::cuda::is_device_quantized_kv_v<KV>;
   const device_problem& p = a.prob;
   extern __shared__ uint4 smem[];
 
@@ -236,9 +278,10 @@ __global__ void __launch_bounds__(threads, 1)
 
   uint4* kv_all = smem;
   std::int32_t* tok_all = reinterpret_cast<std::int32_t*>(reinterpret_cast<char*>(smem) + kv_bytes);
-  float* q_s = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + kv_bytes + tok_bytes);
+  float* q_s = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + kv_bytes + tok_bytes_for(G::steps));
   const std::int32_t qr = q_rows(u.rows);
   std::int32_t* ids_s = reinterpret_cast<std::int32_t*>(q_s + static_cast<std::size_t>(q_rows(lp.max_rows)) * D);
+  float2* scales_s = reinterpret_cast<float2*>(reinterpret_cast<char*>(ids_s) + ids_bytes(lp.chunk_blocks));
 
   // Global loads before anything waits on them (each smem store waits for its load): the row's
   // count, the sequence's page list, this thread's id and its predecessor (a block_table's row
@@ -280,11 +323,18 @@ __global__ void __launch_bounds__(threads, 1)
   const std::int32_t entries = n - first_entry < lp.chunk_blocks ? n - first_entry : lp.chunk_blocks;
   load_ids_late<Index>(span, j, entry, entries, e);
   check_ids(p, u, span, n, lp, split, j, entry, entries, e, ids_s);
+  if constexpr (quantized) {  // the id's scales (a skipped id's are never used: its keys are not loaded)
+    if (j < entries) {
+      const std::int32_t id = ids_s[j];
+      scales_s[j] = id >= 0 ? make_float2(src.k_scale(id), src.v_scale(id)) : make_float2(0.0f, 0.0f);
+    }
+  }
   __syncthreads();
 
   const chunk_view<D, KV> cv{
       .src = src,
       .ids = ids_s,
+      .scales = quantized ? scales_s : nullptr,
       .entries = entries,
       .block_kv = p.block_kv,
       .tiles_per_block = (p.block_kv + G::tile_keys - 1) / G::tile_keys,
@@ -321,7 +371,7 @@ __global__ void __launch_bounds__(threads, 1)
       w.vis[rr] = row < u.rows ? u.row.visible_keys(u.row.q_begin + row / u.heads, p.mask) : 0;
     }
     if (active) {
-      attend_slice<D, KV>(cv, my_slice, slices, kv_all + warp * kv_uint4_per_warp, tok_all + warp * stages * 2 * 32,
+      attend_slice<D, KV>(cv, my_slice, slices, kv_all + warp * kv_uint4_per_warp, tok_all + warp * stages * G::steps * 32,
                           q_s + static_cast<std::size_t>(g) * rows_per_warp * D, w);
     }
     // Sum o and l over the lanes of different keys (lanes c, c + lanes_per_key, ...).

@@ -24,6 +24,10 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src) 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src) noexcept { cp_async_16(smem_u32(dst), src); }
+// 8 bytes global → shared (through L1: .cg takes 16-byte copies only).
+__device__ __forceinline__ void cp_async_8(void* dst, const void* src) noexcept {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() noexcept { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() noexcept {

@@ -14,7 +14,8 @@
 //
 //   lo, hi: [batch, max_kv_blocks, heads_kv, head_dim]   block j of sequence b at row b * max_kv_blocks + j
 //
-// The element TS is float, or K's own 16-bit type: the min and max of bf16 (fp16) keys are bf16
+// K may be a quantised source (core/cuda/quantized.cuh): its keys are read as fp32(scale · code),
+// into float summaries. The element TS is float, or K's own 16-bit type: the min and max of bf16 (fp16) keys are bf16
 // (fp16) values, so 16-bit summaries are exact and halve what routing reads (the router's main
 // cost: 2 * head_dim elements per block and kv head for every decode step).
 //
@@ -28,6 +29,7 @@
 #include <type_traits>
 
 #include "skim/core/cuda/common.cuh"
+#include "skim/core/cuda/quantized.cuh"
 
 namespace skim::cuda {
 
@@ -71,17 +73,37 @@ namespace detail::summarize_impl {
 inline constexpr int threads = 128;
 inline constexpr float pos_inf = std::numeric_limits<float>::infinity();
 
-// Key row (sequence b, token t, kv head h) of a source, or nullptr where a paged source has no page.
+// Key (sequence b, token t, kv head h) of a source as floats: key(d) is element d, times the key
+// block's scale for a quantised source (fp32(scale · value), the values a CPU summary of the
+// dequantised keys reads; 1 · x is x otherwise). row is nullptr where a paged source has no page.
 template <class T>
-[[nodiscard]] __device__ __forceinline__ const T* key_row(const device_contiguous_kv<T>& s, const device_row& r,
-                                                          std::int32_t b, std::int32_t t, std::int32_t h) noexcept {
-  return s.k_row(r, b, t, h);
+struct key_ref {
+  const T* row = nullptr;
+  float scale = 1.0f;
+  [[nodiscard]] __device__ __forceinline__ float operator()(std::int32_t d) const noexcept {
+    return scale * skim::cuda::to_float(row[d]);
+  }
+};
+template <class T>
+[[nodiscard]] __device__ __forceinline__ key_ref<T> key_row(const device_problem&, const device_contiguous_kv<T>& s,
+                                                            const device_row& r, std::int32_t b, std::int32_t t,
+                                                            std::int32_t h) noexcept {
+  return {s.k_row(r, b, t, h)};
 }
 template <class T>
-[[nodiscard]] __device__ __forceinline__ const T* key_row(const device_paged_kv<T>& s, const device_row&,
-                                                          std::int32_t b, std::int32_t t, std::int32_t h) noexcept {
+[[nodiscard]] __device__ __forceinline__ key_ref<T> key_row(const device_problem&, const device_paged_kv<T>& s,
+                                                            const device_row&, std::int32_t b, std::int32_t t,
+                                                            std::int32_t h) noexcept {
   const std::int64_t o = s.offset(b, t, h);
-  return o < 0 ? nullptr : s.k_pages + o;
+  return {o < 0 ? nullptr : s.k_pages + o};
+}
+template <class Source>
+[[nodiscard]] __device__ __forceinline__ auto key_row(const device_problem& p, const device_quantized_kv<Source>& s,
+                                                      const device_row& r, std::int32_t b, std::int32_t t,
+                                                      std::int32_t h) noexcept {
+  auto k = key_row(p, s.codes, r, b, t, h);
+  k.scale = s.k_scales[s.scale_index(b, t / p.block_kv, h)];
+  return k;
 }
 
 // Keys of sequence b (kv_offset, kv_len); ok is false, and bad_seqlen reported, past the bound.
@@ -110,12 +132,12 @@ __global__ void __launch_bounds__(threads)
   for (std::int32_t d = static_cast<std::int32_t>(threadIdx.x); d < p.head_dim; d += threads) {
     float lo = pos_inf, hi = neg_inf;  // summarize::max_bound::init, then its append, key by key
     for (std::int32_t t = first; t < last; ++t) {
-      const auto* k = key_row(kv, r, b, t, h);
-      if (k == nullptr) {
+      const auto k = key_row(p, kv, r, b, t, h);
+      if (k.row == nullptr) {
         report(p, bad_page);
         continue;
       }
-      const float x = skim::cuda::to_float(k[d]);
+      const float x = k(d);
       lo = x < lo ? x : lo;
       hi = x > hi ? x : hi;
     }
@@ -132,15 +154,15 @@ __device__ __forceinline__ void append_key(const device_problem& p, const KV& kv
                                            const device_row& r, std::int32_t b, std::int32_t h, int thread,
                                            int nthreads) noexcept {
   const std::int32_t t = r.kv_len - 1;
-  const auto* k = key_row(kv, r, b, t, h);
-  if (k == nullptr) {
+  const auto k = key_row(p, kv, r, b, t, h);
+  if (k.row == nullptr) {
     if (thread == 0) report(p, bad_page);
     return;
   }
   const bool fresh = t % p.block_kv == 0;  // slot 0: the block's record starts from this key
   const std::int64_t rec = s.record(p, b, t / p.block_kv, h);
   for (std::int32_t d = thread; d < p.head_dim; d += nthreads) {
-    const float x = skim::cuda::to_float(k[d]);
+    const float x = k(d);
     const float lo = fresh ? pos_inf : skim::cuda::to_float(s.lo[rec + d]);
     const float hi = fresh ? neg_inf : skim::cuda::to_float(s.hi[rec + d]);
     s.lo[rec + d] = from_float_device<TS>(x < lo ? x : lo);
@@ -162,7 +184,7 @@ __global__ void __launch_bounds__(threads)
 template <class TS, class KV>
 [[nodiscard]] status check_summarize(const device_problem& p, const KV& kv, const device_max_bound<TS>& s) noexcept {
   static_assert(std::is_same_v<TS, float> || std::is_same_v<TS, typename KV::value_type>,
-                "16-bit summaries need keys of the same type (then min/max are exact)");
+                "16-bit summaries need keys of the same type (then min/max are exact); quantised keys need float");
   SKIM_TRY(validate(p));
   SKIM_TRY(validate(kv, p));
   SKIM_TRY(validate(s, p));

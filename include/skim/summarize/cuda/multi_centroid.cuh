@@ -127,7 +127,7 @@ __device__ __forceinline__ void summarize_block(const device_problem& p, const K
   if (first >= r.kv_len) return;  // uniform over the CTA
   const std::int32_t len = min(p.block_kv, r.kv_len - first);
   for (std::int32_t t = 0; t < len; ++t) {  // every thread sees the same pages: a uniform exit
-    if (si::key_row(kv, r, b, first + t, h) == nullptr) {
+    if (si::key_row(p, kv, r, b, first + t, h).row == nullptr) {
       if (threadIdx.x == 0) report(p, bad_page);
       return;
     }
@@ -139,8 +139,8 @@ __device__ __forceinline__ void summarize_block(const device_problem& p, const K
   std::int32_t* nearest = smem.nearest;
   float* rec = s.records + s.record(p, b, j, h);
   float* count = rec + static_cast<std::ptrdiff_t>(M) * hd;
-  const auto key = [=, &kv, &r](std::int32_t slot, int d) {  // checked non-null above
-    return skim::cuda::to_float(si::key_row(kv, r, b, first + slot, h)[d]);
+  const auto key = [=, &p, &kv, &r](std::int32_t slot, int d) {  // checked non-null above
+    return si::key_row(p, kv, r, b, first + slot, h)(d);
   };
   // Appends in slot order: the sums of the sub-chunks (multi_centroid::append), sizes counted alike.
   const std::int32_t block_kv = p.block_kv;
