@@ -1,24 +1,32 @@
 #pragma once
-// int8 K/V with a float scale per (key block, kv head), as quantised KV caches store them:
-// the value of element e of key t is scale(block of t, head) · q[t, head, e].
+// Quantised K/V: codes of type Code (std::int8_t, or skim::fp8_e4m3) with a float scale per
+// (key block, kv head), as quantised KV caches store them: the value of element e of key t is
+// scale(block of t, head) · to_float(code[t, head, e]), to_float of an int8 code being its integer.
 //
-//   skim::int8_kv kv{.k = k_view, .v = v_view, .k_scales = ks, .v_scales = vs};
-//   // k_view, v_view: strided_view<const std::int8_t> [tokens_kv, heads_kv, head_dim]
+//   skim::int8_kv kv{.k = k_view, .v = v_view, .k_scales = ks, .v_scales = vs};   // or skim::fp8_kv
+//   // k_view, v_view: strided_view<const Code> [tokens_kv, heads_kv, head_dim]
 //   // ks, vs: [total_kv_blocks, heads_kv] floats, key blocks numbered batch-wide as
 //   //         problem::kv_block_offset(b) + t / block_kv (the numbering of summaries)
 //
-// A quantised source is a kv_source whose value_type is std::int8_t and which says
+// int8_kv = quantized_kv<std::int8_t> and fp8_kv = quantized_kv<fp8_e4m3> share one layout, one
+// validation and one scale numbering; only the code differs. fp8 codes are E4M3FN
+// (core/dtypes.hpp): a NaN code (0x7f, 0xff) is a NaN value, whatever its scale.
+//
+// A quantised source is a kv_source whose value_type is its Code and which says
 // `static constexpr bool quantized = true`; executors then read k_scale()/v_scale() with each row.
 // Executors that do not know about quantisation (exec::scalar, exec::reference) fail to compile on
-// it (there is no to_float(std::int8_t)) rather than ignore the scales; exec::simd supports it.
-// To check an executor against the reference, give the reference the dequantised values as fp32
-// (scale · q rounded to float, the product simd forms too): tests/exec/simd_test.cpp does.
+// it (skim::to_float takes elements only, and neither code is one) rather than ignore the scales;
+// exec::simd supports both codes. To check an executor against the reference, give the reference
+// the dequantised values as fp32 (scale · to_float(code) rounded to float, the product simd forms
+// too): tests/exec/cpu/simd_test.cpp does.
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "skim/config.hpp"
+#include "skim/core/dtypes.hpp"
 #include "skim/core/problem.hpp"
 #include "skim/core/status.hpp"
 #include "skim/core/views.hpp"
@@ -29,12 +37,17 @@ namespace skim {
 template <class S>
 inline constexpr bool is_quantized_kv = requires { requires S::quantized; };
 
-struct int8_kv {
-  using value_type = std::int8_t;
+// The codes a quantised source may hold.
+template <class T>
+concept quantized_code = std::is_same_v<T, std::int8_t> || std::is_same_v<T, fp8_e4m3>;
+
+template <quantized_code Code>
+struct quantized_kv {
+  using value_type = Code;
   static constexpr bool quantized = true;
 
-  strided_view<const std::int8_t> k;  // [tokens_kv, heads_kv, head_dim]
-  strided_view<const std::int8_t> v;  // [tokens_kv, heads_kv, head_dim]
+  strided_view<const Code> k;         // [tokens_kv, heads_kv, head_dim]
+  strided_view<const Code> v;         // [tokens_kv, heads_kv, head_dim]
   std::span<const float> k_scales{};  // [total_kv_blocks, heads_kv]
   std::span<const float> v_scales{};  // [total_kv_blocks, heads_kv]
   // Set by bind() from the problem.
@@ -54,18 +67,18 @@ struct int8_kv {
     }
     return status::success();
   }
-  [[nodiscard]] int8_kv bind(const problem& p) const noexcept {
-    int8_kv c = *this;
+  [[nodiscard]] quantized_kv bind(const problem& p) const noexcept {
+    quantized_kv c = *this;
     c.cu_seqlens_kv = p.cu_seqlens_kv;
     c.block_kv = p.block_kv;
     c.heads_kv = p.heads_kv;
     return c;
   }
   // @pre validate() succeeded and the source is bound; 0 <= t < seq_len_kv(b), 0 <= h < heads_kv.
-  [[nodiscard]] SKIM_FORCEINLINE const std::int8_t* k_row(std::int32_t b, std::int32_t t, std::int32_t h) const noexcept {
+  [[nodiscard]] SKIM_FORCEINLINE const Code* k_row(std::int32_t b, std::int32_t t, std::int32_t h) const noexcept {
     return k.row(static_cast<std::int64_t>(cu_seqlens_kv[b]) + t, h);
   }
-  [[nodiscard]] SKIM_FORCEINLINE const std::int8_t* v_row(std::int32_t b, std::int32_t t, std::int32_t h) const noexcept {
+  [[nodiscard]] SKIM_FORCEINLINE const Code* v_row(std::int32_t b, std::int32_t t, std::int32_t h) const noexcept {
     return v.row(static_cast<std::int64_t>(cu_seqlens_kv[b]) + t, h);
   }
   // Scale of key t's block (O(b): executors ask once per tile).
@@ -84,7 +97,10 @@ struct int8_kv {
   }
 };
 
-static_assert(kv_source<int8_kv>);
-static_assert(is_quantized_kv<int8_kv>);
+using int8_kv = quantized_kv<std::int8_t>;
+using fp8_kv = quantized_kv<fp8_e4m3>;
+
+static_assert(kv_source<int8_kv> && kv_source<fp8_kv>);
+static_assert(is_quantized_kv<int8_kv> && is_quantized_kv<fp8_kv>);
 
 }  // namespace skim
