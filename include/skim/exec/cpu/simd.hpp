@@ -33,8 +33,9 @@
 //     of P·V over the keys its own columns, so that the requests come at an even rate.
 //
 // K/V: fp32, fp16, bf16 (widened in registers: F16C/AVX-512/NEON conversions where compiled, exact
-// bit arithmetic otherwise), and int8 with a scale per (block, kv head) (core/quantized.hpp): the
-// prefill path folds the scale into the float tile, the decode path into S and P.
+// bit arithmetic otherwise), and int8 or fp8 e4m3 codes with a scale per (block, kv head)
+// (core/quantized.hpp; fp8 widened by exact bit arithmetic): the prefill path folds the scale into
+// the float tile, the decode path into S and P.
 //
 // Threads: item_count(p) items; run_items(args, ws, first, last, slot) runs some of them with slot's
 // scratch, after prepare(args, ws) (checks + resets the merge counters). run(args, ws) runs all

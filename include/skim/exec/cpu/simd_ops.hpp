@@ -1,6 +1,6 @@
 #pragma once
-// The primitives exec::simd<Arch> is written in: fused multiply-add, loads that widen int8 / fp16 /
-// bf16 elements to float in registers, a horizontal sum of rows, the largest lane, and the
+// The primitives exec::simd<Arch> is written in: fused multiply-add, loads that widen int8 / fp8 /
+// fp16 / bf16 elements to float in registers, a horizontal sum of rows, the largest lane, and the
 // register blocking. Each forwards to the best version for Arch among arch/generic.hpp (xsimd only)
 // and the per-arch files, which hold every intrinsic (docs/design.md §15). An arch file's
 // functions exist only in a translation unit compiled with its -m flags.

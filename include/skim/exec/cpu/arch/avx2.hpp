@@ -1,6 +1,7 @@
 #pragma once
-// AVX2: int8, fp16 and bf16 widened to float in registers (xsimd 8.1 has no such conversions).
-// fp16 uses F16C's vcvtph2ps where compiled with -mf16c, else the exact bit conversion.
+// AVX2: int8, fp8 e4m3, fp16 and bf16 widened to float in registers (xsimd 8.1 has no such
+// conversions). fp16 uses F16C's vcvtph2ps where compiled with -mf16c, else the exact bit
+// conversion; fp8 the exact bit conversion of generic.hpp (AVX2 has no fp8 instruction).
 
 #include "skim/exec/cpu/arch/generic.hpp"
 
@@ -12,6 +13,12 @@ namespace skim::exec::simd_arch {
 template <class Arch>
 SKIM_FORCEINLINE fbatch<Arch> load_float(const std::int8_t* p, requires_arch<xsimd::avx2>) noexcept {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Reads exactly the 8 bytes of one register.
+template <class Arch>
+SKIM_FORCEINLINE fbatch<Arch> load_float(const fp8_e4m3* p, requires_arch<xsimd::avx2>) noexcept {
+  return fp8_e4m3_bits_to_float<Arch>(ubatch<Arch>(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
 }
 
 template <class Arch>

@@ -1,7 +1,7 @@
 #pragma once
 // AVX-512 (avx512f and the archs derived from it; skim builds it with -mavx512dq too): fused
-// multiply-add, int8 / fp16 / bf16 widened in registers, a horizontal sum in the natural lane
-// order, and 4 accumulators per row (32 vector registers).
+// multiply-add, int8 / fp8 e4m3 / fp16 / bf16 widened in registers, a horizontal sum in the
+// natural lane order, and 4 accumulators per row (32 vector registers).
 
 #include "skim/exec/cpu/arch/generic.hpp"
 
@@ -21,6 +21,12 @@ SKIM_FORCEINLINE fbatch<Arch> fmadd(fbatch<Arch> a, fbatch<Arch> b, fbatch<Arch>
 template <class Arch>
 SKIM_FORCEINLINE fbatch<Arch> load_float(const std::int8_t* p, requires_arch<xsimd::avx512f>) noexcept {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// The exact bit conversion of generic.hpp on the 16 bytes of one register.
+template <class Arch>
+SKIM_FORCEINLINE fbatch<Arch> load_float(const fp8_e4m3* p, requires_arch<xsimd::avx512f>) noexcept {
+  return fp8_e4m3_bits_to_float<Arch>(ubatch<Arch>(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
 }
 
 template <class Arch>
