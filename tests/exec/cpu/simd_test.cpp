@@ -2,17 +2,22 @@
 // (executors.hpp: simd<default_arch> in skim_tests; tests/CMakeLists.txt builds this file again with
 // -mavx2 -mfma and with -mavx512f ..., and for aarch64 under qemu): decode with fused kv heads (a
 // head-invariant index: one item reads every kv head's tiles), the per-id checks of run_items and
-// of split decode rows, and int8 K/V. What every CPU executor promises (random shapes and index
-// forms against the reference, workspace, threads, storage, allocation) is conformance_test.cpp's.
+// of split decode rows, int8 and fp8 e4m3 K/V, and the fp8 loads of every code. What every CPU
+// executor promises (random shapes and index forms against the reference, workspace, threads,
+// storage, allocation) is conformance_test.cpp's.
 #include "skim/exec/cpu/simd.hpp"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,6 +35,10 @@
 #include "support/compare.hpp"
 #include "support/executor_cases.hpp"
 #include "support/random_case.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 using namespace skim;
 using namespace skim::test;
@@ -189,24 +198,59 @@ TEST_CASE_TEMPLATE("simd: a split decode row checks every chunk's ids, each agai
   }
 }
 
-TEST_CASE_TEMPLATE("simd matches reference on int8 K/V with a scale per (block, kv head)", E,
-                   SKIM_TEST_SIMD_EXECUTORS) {
-  for (int i = 0; i < scaled(30); ++i) {
-    const std::uint32_t seed = 0x18a0u + static_cast<std::uint32_t>(i);
+namespace {
+
+// The Arch of exec::simd<Arch>.
+template <class E>
+struct arch_of;
+template <class Arch>
+struct arch_of<exec::simd<Arch>> {
+  using type = Arch;
+};
+
+// Random quantised K/V of codes Code against the reference given the dequantised values: random
+// shapes (random_spec: odd and partial blocks, GQA, varlen, empty and fully masked rows), random
+// codes and random scales per (block, head) of values of about unit variance; decode chunks of 1,
+// 64 and 2048 keys; 1 and 2 threads bit-identical; a short scale array is a status.
+// - int8: codes in [-127, 127], scales in [0.004, 0.012];
+// - fp8 e4m3: every finite code (all but 0x7f and 0xff, subnormals and -0 included), scales in
+//   [0.005, 0.015] (uniform codes are log-spread up to 448: their RMS is about 100).
+template <class E, class Code>
+void check_quantized_against_reference(std::uint32_t first_seed, int cases) {
+  using kv_type = quantized_kv<Code>;
+  for (int i = 0; i < cases; ++i) {
+    const std::uint32_t seed = first_seed + static_cast<std::uint32_t>(i);
     std::mt19937 rng(seed);
     case_spec spec = random_spec(rng);
-    spec.paged = false;  // int8_kv is contiguous (packed varlen)
+    spec.paged = false;  // quantized_kv is contiguous (packed varlen)
     const random_case<float, float> c(spec, rng);
     const problem p = c.prob();
     INFO("seed " << seed << ": " << spec.describe());
-    // int8 data, scales per (block, head) in [0.004, 0.012] (values of about unit variance, like the fp cases); the reference reads the dequantised
-    // values scale · q, rounded to float as simd forms them.
-    std::vector<std::int8_t> k8(c.k.size()), v8(c.v.size());
-    std::uniform_int_distribution<int> q8(-127, 127);
-    for (auto& x : k8) x = static_cast<std::int8_t>(q8(rng));
-    for (auto& x : v8) x = static_cast<std::int8_t>(q8(rng));
+    // Codes, then scales per (block, head); the reference reads the dequantised values
+    // scale · to_float(code), rounded to float as simd forms them.
+    std::vector<Code> k8(c.k.size()), v8(c.v.size());
+    float lo = 0.004f, hi = 0.012f;
+    if constexpr (std::is_same_v<Code, std::int8_t>) {
+      std::uniform_int_distribution<int> q8(-127, 127);
+      for (auto& x : k8) x = static_cast<std::int8_t>(q8(rng));
+      for (auto& x : v8) x = static_cast<std::int8_t>(q8(rng));
+    } else {
+      std::uniform_int_distribution<int> code(0, 253);  // 254 finite codes: 0x7f and 0xff skipped
+      const auto draw = [&] {
+        const int u = code(rng);
+        return fp8_e4m3::from_bits(static_cast<std::uint8_t>(u < 0x7f ? u : u + 1));
+      };
+      for (auto& x : k8) x = draw();
+      for (auto& x : v8) x = draw();
+      lo = 0.005f;
+      hi = 0.015f;
+    }
+    const auto value = [](Code x) {
+      if constexpr (std::is_same_v<Code, std::int8_t>) return static_cast<float>(x);
+      else return x.to_float();
+    };
     std::vector<float> ks(static_cast<std::size_t>(p.total_kv_blocks() * p.heads_kv)), vs(ks.size());
-    std::uniform_real_distribution<float> sd(0.004f, 0.012f);
+    std::uniform_real_distribution<float> sd(lo, hi);
     for (auto& x : ks) x = sd(rng);
     for (auto& x : vs) x = sd(rng);
     std::vector<float> kf(k8.size()), vf(v8.size());
@@ -218,8 +262,8 @@ TEST_CASE_TEMPLATE("simd matches reference on int8 K/V with a scale per (block, 
           const std::size_t sc = block * p.heads_kv + h;
           const std::size_t at = static_cast<std::size_t>(p.cu_seqlens_kv[b] + t) * row + static_cast<std::size_t>(h) * p.head_dim;
           for (std::int32_t e = 0; e < p.head_dim; ++e) {
-            kf[at + e] = ks[sc] * static_cast<float>(k8[at + e]);
-            vf[at + e] = vs[sc] * static_cast<float>(v8[at + e]);
+            kf[at + e] = ks[sc] * value(k8[at + e]);
+            vf[at + e] = vs[sc] * value(v8[at + e]);
           }
         }
       }
@@ -232,14 +276,14 @@ TEST_CASE_TEMPLATE("simd matches reference on int8 K/V with a scale per (block, 
                .v = strided_view<const float>::token_major(vf.data(), tokens_kv, p.heads_kv, p.head_dim)},
         .index = {}, .o = ref.view, .lse = ref.lse};
     REQUIRE(run_executor(exec::reference{}, ra).ok());
-    const int8_kv kv{.k = strided_view<const std::int8_t>::token_major(k8.data(), tokens_kv, p.heads_kv, p.head_dim),
-                     .v = strided_view<const std::int8_t>::token_major(v8.data(), tokens_kv, p.heads_kv, p.head_dim),
+    const kv_type kv{.k = strided_view<const Code>::token_major(k8.data(), tokens_kv, p.heads_kv, p.head_dim),
+                     .v = strided_view<const Code>::token_major(v8.data(), tokens_kv, p.heads_kv, p.head_dim),
                      .k_scales = ks, .v_scales = vs};
     {
       E e;
       e.decode_chunk_keys = pick(rng, {1, 64, 2048});
       output<float> got(spec, c.tokens_q());
-      attention_args<float, int8_kv, index::causal_all, float> a{
+      attention_args<float, kv_type, index::causal_all, float> a{
           .prob = p, .q = c.q_view(), .kv = kv, .index = {}, .o = got.view, .lse = got.lse};
       const status s = run_on(e, a, 1);
       INFO(std::string(s.message()));
@@ -254,11 +298,112 @@ TEST_CASE_TEMPLATE("simd matches reference on int8 K/V with a scale per (block, 
     }
     // A scale array of the wrong size is a status.
     if (vs.empty()) continue;
-    int8_kv short_scales = kv;
+    kv_type short_scales = kv;
     short_scales.v_scales = std::span<const float>(vs).first(vs.size() - 1);
     output<float> o(spec, c.tokens_q());
-    attention_args<float, int8_kv, index::causal_all, float> bad{
+    attention_args<float, kv_type, index::causal_all, float> bad{
         .prob = p, .q = c.q_view(), .kv = short_scales, .index = {}, .o = o.view, .lse = o.lse};
     CHECK(run_on(E{}, bad, 1).code() == status_code::shape_mismatch);
   }
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("simd matches reference on int8 K/V with a scale per (block, kv head)", E,
+                   SKIM_TEST_SIMD_EXECUTORS) {
+  check_quantized_against_reference<E, std::int8_t>(0x18a0u, scaled(30));
+}
+
+TEST_CASE_TEMPLATE("simd matches reference on fp8 e4m3 K/V with a scale per (block, kv head)", E,
+                   SKIM_TEST_SIMD_EXECUTORS) {
+  check_quantized_against_reference<E, fp8_e4m3>(0xf8a0u, scaled(30));
+}
+
+namespace {
+
+// While alive, the FPU flushes denormal results to zero and reads denormal operands as zero
+// (x86: MXCSR FTZ and DAZ; AArch64: FPCR.FZ), as an engine built with -ffast-math runs.
+struct flush_denormals {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned saved = _mm_getcsr();
+  flush_denormals() noexcept { _mm_setcsr(saved | 0x8040u); }
+  ~flush_denormals() { _mm_setcsr(saved); }
+#elif defined(__aarch64__)
+  std::uint64_t saved = fpcr();
+  flush_denormals() noexcept { set_fpcr(saved | (std::uint64_t{1} << 24)); }
+  ~flush_denormals() { set_fpcr(saved); }
+  static std::uint64_t fpcr() noexcept {
+    std::uint64_t r;
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(r));
+    return r;
+  }
+  static void set_fpcr(std::uint64_t r) noexcept { __asm__ __volatile__("msr fpcr, %0" : : "r"(r)); }
+#endif
+  flush_denormals(const flush_denormals&) = delete;
+  flush_denormals& operator=(const flush_denormals&) = delete;
+};
+
+// The full and the partial (n lanes) load at p. Not inlined, so that the loads stay between the
+// mode switches of a caller's flush_denormals.
+template <class Arch>
+[[gnu::noinline]] void load_lanes(const fp8_e4m3* p, std::int32_t n, float* full, float* part) {
+  exec::simd_detail::load_float<Arch>(p).store_aligned(full);
+  exec::simd_detail::load_float_partial<Arch>(p, n).store_aligned(part);
+}
+
+}  // namespace
+
+// The arch's fp8 load (a register's worth) and the partial load (fewer lanes, zeros after) give
+// fp8_e4m3::to_float's bits for every code in every lane (NaN codes a NaN, -0 a -0), from aligned
+// and unaligned addresses, also with denormals flushed (no denormal is formed on the way); and
+// to_float is the E4M3FN value, computed here independently.
+TEST_CASE_TEMPLATE("simd load_float reads every fp8 e4m3 code in every lane as fp8_e4m3::to_float", E,
+                   SKIM_TEST_SIMD_EXECUTORS) {
+  using Arch = typename arch_of<E>::type;
+  constexpr std::int32_t w = exec::simd_arch::width<Arch>;
+  for (int code = 0; code < 256; ++code) {
+    const fp8_e4m3 x = fp8_e4m3::from_bits(static_cast<std::uint8_t>(code));
+    const int exp = (code >> 3) & 0xf, mant = code & 7;
+    const double magnitude = exp == 0 ? std::ldexp(mant, -9) : std::ldexp(8 + mant, exp - 10);
+    const double expected = (code & 0x80) ? -magnitude : magnitude;
+    INFO("code " << code);
+    if ((code & 0x7f) == 0x7f) CHECK(std::isnan(x.to_float()));
+    else CHECK(std::bit_cast<std::uint32_t>(x.to_float()) == std::bit_cast<std::uint32_t>(static_cast<float>(expected)));
+  }
+  // Lane i of start s holds code (s + 37·i) mod 256: over the 256 starts every lane sees every code.
+  alignas(64) std::array<fp8_e4m3, 64 + 3> codes{};
+  std::int64_t lanes = 0, bad = 0;
+  std::string first_bad;
+  for (const bool flush : {false, true}) {
+    for (const std::int32_t offset : {0, 1, 3}) {
+      const fp8_e4m3* p = codes.data() + offset;
+      for (int s = 0; s < 256; ++s) {
+        for (std::int32_t i = 0; i < w; ++i) codes[static_cast<std::size_t>(offset + i)].bits = static_cast<std::uint8_t>(s + 37 * i);
+        alignas(64) float full[w], part[w];
+        const std::int32_t n = s % w;
+        if (flush) {
+          const flush_denormals guard;
+          load_lanes<Arch>(p, n, full, part);
+        } else {
+          load_lanes<Arch>(p, n, full, part);
+        }
+        for (std::int32_t i = 0; i < w; ++i) {
+          ++lanes;
+          const float want = p[i].to_float();
+          const bool nan_code = (p[i].bits & 0x7f) == 0x7f;
+          const bool ok_full = std::bit_cast<std::uint32_t>(full[i]) == std::bit_cast<std::uint32_t>(want) &&
+                               std::isnan(full[i]) == nan_code;
+          const bool ok_part = i < n ? std::bit_cast<std::uint32_t>(part[i]) == std::bit_cast<std::uint32_t>(want)
+                                     : std::bit_cast<std::uint32_t>(part[i]) == 0u;
+          if (!(ok_full && ok_part) && bad++ == 0) {
+            first_bad = "code " + std::to_string(p[i].bits) + " in lane " + std::to_string(i) + " at offset " +
+                        std::to_string(offset) + (flush ? " (denormals flushed)" : "") + ": " + std::to_string(full[i]) +
+                        " (partial " + std::to_string(part[i]) + "), expected " + std::to_string(want);
+          }
+        }
+      }
+    }
+  }
+  INFO("lanes " << lanes << ", first mismatch: " << first_bad);
+  CHECK(bad == 0);
 }
