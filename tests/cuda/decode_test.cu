@@ -337,16 +337,16 @@ void random_decode_case(std::uint32_t seed) {
 // Quantised K/V: 8-bit codes with scales per (sequence, block, kv head) or per kv head
 // (support/quantized_case.hpp).
 
-// One random case with quantised K/V (Code), cuda_cores and automatic (which must pick it), against
-// the reference over the dequantised values.
-template <class Code>
+// One random case with Q of type T and quantised K/V (Code), on both split kernels, against the
+// reference over the dequantised values.
+template <class T, class Code>
 void random_quantized_case(std::uint32_t seed) {
   std::mt19937 rng(seed);
   const case_spec s = random_decode_spec(rng);
-  const random_case<skim::bfloat16, skim::bfloat16> c(s, rng);
+  const random_case<T, T> c(s, rng);
   const host_index hi = random_index(c.prob(), rng, 20);
   const bool per_block = chance(rng, 0.6);
-  tc::device_case<skim::bfloat16, skim::bfloat16> dc(c);
+  tc::device_case<T, T> dc(c);
   const sc::device_problem p = dc.prob(s);
   const std::int32_t max_blocks = p.max_kv_blocks() + uniform(rng, 0, 2);
   const quantized_host<Code> qh(c, rng, per_block, max_blocks);
@@ -361,7 +361,7 @@ void random_quantized_case(std::uint32_t seed) {
   const contiguous_kv<float> rkv{.k = strided_view<const float>::token_major(qh.kf.data(), c.cu_kv.back(), s.heads_kv, s.head_dim),
                                  .v = strided_view<const float>::token_major(qh.vf.data(), c.cu_kv.back(), s.heads_kv, s.head_dim),
                                  .cu_seqlens_kv = {}};
-  const attention_args<skim::bfloat16, contiguous_kv<float>, index::block_csr, float> ra{
+  const attention_args<T, contiguous_kv<float>, index::block_csr, float> ra{
       .prob = c.prob(), .q = c.q_view(), .kv = rkv, .index = hi.csr_view(), .o = ref.view, .lse = ref.lse};
   REQUIRE(exec::reference{}.run(ra, {}).ok());
 
@@ -381,14 +381,14 @@ void random_quantized_case(std::uint32_t seed) {
   };
   const auto cs = dc.contiguous(s);
   const auto ps = dc.paged(c);
-  for (const decode_kernel kern : {decode_kernel::cuda_cores, decode_kernel::automatic}) {
+  for (const decode_kernel kern : kernels) {
     INFO("kernel " << kernel_name(kern));
     const decode dk = with_kernel(dec, kern);
     const auto check = [&](const auto& kv) {
       const auto g = csr ? run_decode<float>(dk, dc, p, kv, di.csr(static_cast<std::int64_t>(hi.col_idx.size())), c.tokens_q())
                          : run_decode<float>(dk, dc, p, kv, di.table(), c.tokens_q());
       CHECK(g.error == 0u);
-      check_against(s, g, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(decode_kernel::cuda_cores));
+      check_against(s, g, ref, c.tokens_q(), tolerance<float, T>(kern));
     };
     if (s.paged) {
       check(quantize(sc::device_paged_kv<Code>{.k_pages = kp.data(), .v_pages = vp.data(), .num_pages = ps.num_pages,
@@ -876,14 +876,15 @@ TEST_CASE("decode host errors") {
   }
 }
 
-// Quantised K/V (int8, fp8 e4m3) through the CUDA-core kernel: random shapes, both sources and
-// layouts, scales per block or per head, against the reference over the dequantised values.
+// Quantised K/V (int8, fp8 e4m3) under bf16 and fp16 Q, both split kernels: random shapes, both
+// sources and layouts, scales per block or per head, against the reference over the dequantised values.
 TEST_CASE_TEMPLATE("decode quantized K/V against reference", Code, std::int8_t, skim::fp8_e4m3) {
   const std::uint32_t base = std::is_same_v<Code, std::int8_t> ? 3000 : 3100;
-  for (std::uint32_t i = 0; i < 24; ++i) random_quantized_case<Code>(base + i);
+  for (std::uint32_t i = 0; i < 12; ++i) random_quantized_case<skim::bfloat16, Code>(base + i);
+  for (std::uint32_t i = 0; i < 12; ++i) random_quantized_case<skim::half, Code>(base + 50 + i);
 }
 
-TEST_CASE("decode quantized host errors: kernel, scales, alignment") {
+TEST_CASE("decode quantized host errors: scales, alignment") {
   std::mt19937 rng(11);
   case_spec s;
   s.head_dim = 64;
@@ -917,8 +918,6 @@ TEST_CASE("decode quantized host errors: kernel, scales, alignment") {
   decode dec;
   const std::size_t need = dec.workspace_bytes(p, hi.width);
   tc::buffer<std::uint8_t> ws(std::max<std::size_t>(need, 1));
-  const status tc_st = with_kernel(dec, decode_kernel::tensor_cores).run(args(kv), ws.bytes(need), nullptr);
-  CHECK(tc_st.code() == status_code::unsupported);
   auto null_scales = kv;
   null_scales.v_scales = nullptr;
   const status ns = dec.run(args(null_scales), ws.bytes(need), nullptr);

@@ -19,7 +19,8 @@
 //  - decode_kernel::tensor_cores (decode_mma.cuh): the unit's rows as the M of mma.sync.m16n8k16
 //    (padded to 16), S and P·V on tensor cores, 16 KB in flight per warp; sm_80 and later, Q and K/V
 //    of one type. P is rounded to that type before P·V (as in prefill), so O differs from the
-//    reference by about that rounding (tests: 2e-2 relative for bf16, 5e-3 for fp16).
+//    reference by about that rounding (tests: 2e-2 relative for bf16, 5e-3 for fp16). Quantised K/V
+//    (8-bit codes) are widened exactly to Q's type in shared memory first.
 //  - decode_kernel::automatic (the default): tensor_cores where it applies, else cuda_cores.
 // Rows with more than one split merge the splits' partials (m, l, unnormalised o, fp32) by LSE in
 // split order: on sm_90 and later, with at most max_cluster_splits splits, the splits of a row run
@@ -34,8 +35,9 @@
 // Contracts
 //  - Types: Q and K/V skim::bfloat16 or skim::half (fp32 inside), O the same 16-bit types or float.
 //    K/V may instead be quantised (core/cuda/quantized.cuh: int8 or fp8 e4m3 codes with a K and a V
-//    scale per (sequence, block, kv head)); the CUDA-core kernel reads them (automatic picks it),
-//    with S = scale_k · (q · code) and P·V as (P · scale_v) · code in fp32.
+//    scale per (sequence, block, kv head)), with S = scale_k · (q · code) and P·V as (P · scale_v) ·
+//    code: the CUDA-core kernel in fp32, the tensor-core kernel with the codes widened exactly to Q's
+//    type in shared memory (and P · scale_v rounded to it).
 //    K/V base pointers must be aligned to 16 bytes and every K/V stride a multiple of 8 elements
 //    (status misaligned otherwise). Q and O take any strides.
 //  - head_dim 64 or 128; max_seqlen_q <= max_queries; heads per unit × min(block_q, max_seqlen_q)
@@ -87,7 +89,7 @@ namespace skim::cuda {
 
 // Which split kernel decode runs (both compute the same attention; see the header comment).
 enum class decode_kernel {
-  automatic,     // tensor_cores on sm_80+ when Q and K/V have one type, else cuda_cores
+  automatic,     // tensor_cores on sm_80+ when Q and K/V have one type (or K/V are codes), else cuda_cores
   cuda_cores,    // fp32 dot products and shuffles per key (decode_simt.cuh)
   tensor_cores,  // mma.sync.m16n8k16 (decode_mma.cuh); run() reports unsupported where it does not apply
 };
@@ -224,13 +226,13 @@ struct decode {
     const dim3 grid(static_cast<unsigned>(lp.splits), static_cast<unsigned>(p.index_heads()),
                     static_cast<unsigned>(p.batch * lp.q_blocks));
     bool tensor_cores = false, cluster = false;
-    const std::size_t mma_smem = detail::decode_impl::mma::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks);
-    SKIM_TRY((pick_kernel<TQ, TKV>(mma_smem, tensor_cores)));
+    const std::size_t mma_smem = detail::decode_impl::mma::shared_bytes(p.head_dim, lp.max_rows, lp.chunk_blocks, quantized);
+    SKIM_TRY((pick_kernel<TQ, TKV, quantized>(mma_smem, tensor_cores)));
     SKIM_TRY(pick_merge(lp.splits, cluster));
     // The split kernel for InCluster; `launched` false when its clusters would not all run at once
     // (then nothing was launched).
     const auto launch = [&]<bool InCluster>(bool& launched) -> status {
-      if constexpr (std::is_same_v<TQ, TKV>) {
+      if constexpr (std::is_same_v<TQ, TKV> || quantized) {
         if (tensor_cores) {
           namespace k = detail::decode_impl::mma;
           if (p.head_dim == 64) {
@@ -298,11 +300,11 @@ struct decode {
   // and the current device (host queries, allowed during graph capture): sm_80 or later with `smem`
   // bytes of shared memory per block (an H100/H200 has them; an A100 does not). tensor_cores where
   // it does not apply is unsupported.
-  template <class TQ, class TKV>
+  template <class TQ, class TKV, bool Quantized>
   [[nodiscard]] status pick_kernel(std::size_t smem, bool& tensor_cores) const noexcept {
     tensor_cores = false;
     if (kernel == decode_kernel::cuda_cores) return status::success();
-    constexpr bool one_type = std::is_same_v<TQ, TKV>;
+    constexpr bool one_type = std::is_same_v<TQ, TKV> || Quantized;  // codes widen to Q's type
     if (kernel == decode_kernel::tensor_cores && !one_type) {
       return status::error(status_code::unsupported, "cuda::decode: the tensor-core kernel needs Q and K/V of one type");
     }

@@ -42,6 +42,12 @@
 // P is rounded to the input type before P·V (as prefill and FlashAttention do): outputs differ from
 // the reference by about that rounding (tests: 2e-2 relative for bf16, 5e-3 for fp16); lse is not
 // affected (l sums the unrounded p).
+//
+// Quantised K/V (core/cuda/quantized.cuh, 8-bit codes with a K and a V scale per block): a tile's
+// codes (2 KB of K, 2 KB of V) are copied into the first half of its K and V buffers, unswizzled;
+// once they land, the warp widens them exactly to Q's 16-bit type into the swizzled layout above
+// (every lane reads its codes before any lane writes), and the tile is computed as a 16-bit one
+// with S scaled by scale_k and P by scale_v before P·V (P · scale_v rounded to 16 bits; l sums P).
 
 #include <cuda_runtime.h>
 
@@ -101,10 +107,39 @@ static_assert(kv_bytes >= detail::decode_impl::kv_bytes, "a routed table's selec
 static_assert((kv_bytes + tok_bytes) % alignment == 0, "q starts on a 128-byte boundary (ldmatrix's XOR addressing)");
 
 [[nodiscard]] constexpr std::int32_t q16(std::int32_t rows) noexcept { return (rows + m_tile - 1) / m_tile * m_tile; }
+// scales: a quantised source's (K, V) scales per id follow the ids.
 [[nodiscard]] constexpr std::size_t shared_bytes(std::int32_t head_dim, std::int32_t max_rows,
-                                                 std::int32_t chunk_blocks) noexcept {
+                                                 std::int32_t chunk_blocks, bool scales = false) noexcept {
   return alignment + kv_bytes + tok_bytes + static_cast<std::size_t>(q16(max_rows)) * head_dim * 2 +
-         (static_cast<std::size_t>(chunk_blocks) * 4 + 15) / 16 * 16;
+         ids_bytes(chunk_blocks) + (scales ? 2 * ids_bytes(chunk_blocks) : 0);
+}
+
+// A tile's 8-bit codes: 16-byte copies of 16 codes, [tile_keys][D] bytes in the buffer's first half.
+template <int D>
+struct code_geometry {
+  static constexpr int chunks = D / 16;                 // 16-byte chunks per row
+  static constexpr int keys_per_copy = 32 / chunks;     // rows one warp-wide copy covers
+  static constexpr int copies = geometry<D>::tile_keys / keys_per_copy;
+};
+
+// Widens the codes of K (or V) buffer `buf` in place into Q's type T16, swizzled as a 16-bit tile.
+// @pre the warp's copies into buf landed and are visible to the warp (__syncwarp); the caller
+// synchronises the warp again before reading the tile.
+template <int D, class T16, class Code>
+__device__ __forceinline__ void widen_tile(unsigned char* buf, int lane) noexcept {
+  using CG = code_geometry<D>;
+  uint4 codes[CG::copies];
+#pragma unroll
+  for (int i = 0; i < CG::copies; ++i) codes[i] = reinterpret_cast<const uint4*>(buf)[i * 32 + lane];
+  __syncwarp();  // every lane holds its codes before any lane overwrites them
+#pragma unroll
+  for (int i = 0; i < CG::copies; ++i) {
+    const int x = i * 32 + lane, key = x / CG::chunks, cc = x % CG::chunks;
+    uint4 lo, hi;
+    skim::cuda::widen16_codes<T16, Code>(codes[i], lo, hi);
+    *reinterpret_cast<uint4*>(buf + 2 * sm80::swizzle<D>(key, 2 * cc)) = lo;
+    *reinterpret_cast<uint4*>(buf + 2 * sm80::swizzle<D>(key, 2 * cc + 1)) = hi;
+  }
 }
 
 // Q of a unit as 16-byte chunks (8 elements of a row; rows past the unit's are zero), chunk x =
@@ -148,8 +183,10 @@ __device__ __forceinline__ void store_q(const uint4 (&qv)[q_loads<D>], std::int3
 template <int D, bool InCluster, class TQ, class KV, class Index, class TO>
 __global__ void __launch_bounds__(threads, 1)
     split_kernel(const __grid_constant__ device_attention_args<TQ, KV, Index, TO> a, const launch_params lp) {
-  using T = typename KV::value_type;
-  static_assert(std::is_same_v<TQ, T>, "the tensor-core kernel needs Q and K/V of one type");
+  using Code = typename KV::value_type;  // K/V elements: T, or 8-bit codes
+  using T = TQ;                          // the mma's 16-bit type
+  constexpr bool quantized = skim::cuda::is_device_quantized_kv_v<KV>;
+  static_assert(std::is_same_v<TQ, Code> || quantized, "the tensor-core kernel needs Q and K/V of one type");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // never launched: decode::run picks the CUDA-core kernel below sm_80
 #else
@@ -168,6 +205,7 @@ __global__ void __launch_bounds__(threads, 1)
   T* const q_s = reinterpret_cast<T*>(smem + kv_bytes + tok_bytes);
   std::int32_t* const ids_s = reinterpret_cast<std::int32_t*>(smem + kv_bytes + tok_bytes +
                                                               static_cast<std::size_t>(q16(lp.max_rows)) * D * 2);
+  float2* const scales_s = reinterpret_cast<float2*>(reinterpret_cast<unsigned char*>(ids_s) + ids_bytes(lp.chunk_blocks));
   const std::int32_t qr = q16(u.rows);
 
   // Global loads before anything waits on them: Q first (its rows are known from the unit), then
@@ -188,8 +226,14 @@ __global__ void __launch_bounds__(threads, 1)
   const std::int32_t entries = n - first_entry < lp.chunk_blocks ? n - first_entry : lp.chunk_blocks;
   load_ids_late<Index>(span, j, entry, entries, e);
   check_ids(p, u, span, n, lp, split, j, entry, entries, e, ids_s);
+  if constexpr (quantized) {  // the id's scales (a skipped id's keys are zero-filled: its scales are never used)
+    if (j < entries) {
+      const std::int32_t id = ids_s[j];
+      scales_s[j] = id >= 0 ? make_float2(src.k_scale(id), src.v_scale(id)) : make_float2(0.0f, 0.0f);
+    }
+  }
   store_q<D>(qv, qr, j, q_s);
-  __syncthreads();  // ids and Q visible to every warp
+  __syncthreads();  // ids, scales and Q visible to every warp
 
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const std::int32_t block_kv = p.block_kv;
@@ -197,8 +241,8 @@ __global__ void __launch_bounds__(threads, 1)
   const std::int32_t tiles = entries * tiles_per_block;
   const std::int32_t mine = warp < tiles ? (tiles - warp + warps - 1) / warps : 0;  // tiles warp, warp + 8, ...
   const std::int32_t load_end = u.row.visible_keys(u.row.q_end - 1, p.mask);  // the unit's widest view
-  const T* const k_base = src.k_base();
-  const T* const v_base = src.v_base();
+  const Code* const k_base = src.k_base();
+  const Code* const v_base = src.v_base();
   std::uint32_t page_bits = 0;
 
   const std::uint32_t kv_warp = sm80::smem_u32(smem) + static_cast<std::uint32_t>(warp * stages * 2 * tile_bytes);
@@ -212,7 +256,8 @@ __global__ void __launch_bounds__(threads, 1)
   const tile_cursor start{warp / tiles_per_block, warp % tiles_per_block};
   const tile_cursor stride{warps / tiles_per_block, warps % tiles_per_block};
   tile_cursor next_tile = start;
-  const int c = lane % G::chunks;
+  tile_cursor compute_tile = start;  // the tile compute() reads (its block's scales)
+  const int c = lane % (quantized ? code_geometry<D>::chunks : G::chunks);
   // Element offset of this lane's 16-byte chunk in its row of copy step 0, and the rows between
   // copy steps (contiguous K/V: a tile's keys are consecutive tokens of one block).
   const std::int64_t lane_off = static_cast<std::int64_t>(lane / G::chunks) * src.token_stride + c * sm80::chunk_elems;
@@ -232,7 +277,41 @@ __global__ void __launch_bounds__(threads, 1)
     const std::int32_t id = ids_s[jb];
     const std::uint32_t k_st = kv_warp + static_cast<std::uint32_t>(st * 2 * tile_bytes);
     const std::uint32_t v_st = k_st + tile_bytes;
-    if constexpr (std::is_same_v<KV, skim::cuda::device_contiguous_kv<T>>) {
+    if constexpr (quantized) {  // codes, [tile_keys][D] bytes from each buffer's start (widen_tile's input)
+      using CG = code_geometry<D>;
+      long long off = -1;  // element (code) offset of the slot's K and V rows; -1: nothing to load
+      if (lane < G::tile_keys) {
+        std::int32_t tok = no_key;
+        const std::int32_t o = first + lane;
+        if (id >= 0 && o < block_kv) {
+          const std::int32_t t = id * block_kv + o;
+          if (t < load_end) {
+            std::int64_t x = 0;
+            if (src.offset(t, x)) {
+              off = x;
+              tok = t;
+            } else {
+              page_bits |= skim::cuda::bad_page;
+            }
+          }
+        }
+        tok_warp[st * max_tile_keys + lane] = tok;
+      }
+#pragma unroll
+      for (int i = 0; i < CG::copies; ++i) {
+        const int key = i * CG::keys_per_copy + lane / CG::chunks;
+        const long long ko = __shfl_sync(0xffffffffu, off, key);
+        const std::uint32_t dst = static_cast<std::uint32_t>(key * D + c * 16);
+        if (ko >= 0) {
+          sm80::cp_async_16(k_st + dst, k_base + ko + c * 16);
+          sm80::cp_async_16(v_st + dst, v_base + ko + c * 16);
+        } else {
+          sm80::zero_16(k_st + dst);
+          sm80::zero_16(v_st + dst);
+        }
+      }
+      return;
+    } else if constexpr (std::is_same_v<KV, skim::cuda::device_contiguous_kv<T>>) {
       // Keys [t0, t0 + limit) of the tile can be read; no shuffles, one 64-bit row offset a tile.
       const std::int32_t t0 = id * block_kv + first;
       const std::int32_t room = block_kv - first < load_end - t0 ? block_kv - first : load_end - t0;
@@ -323,6 +402,18 @@ __global__ void __launch_bounds__(threads, 1)
     // Online softmax of the tile in buffer st into (m, l, acc).
     const auto compute = [&](int st) {
       const std::uint32_t so = static_cast<std::uint32_t>(st * 2 * tile_bytes);
+      float s_scale = scale_log2, p_scale = 1.0f;  // a quantised tile's block: S · scale_k, P · scale_v
+      if constexpr (quantized) {
+        const float2 sc = scales_s[compute_tile.jb];
+        s_scale = scale_log2 * sc.x;
+        p_scale = sc.y;
+        compute_tile.jb += stride.jb;
+        compute_tile.sub += stride.sub;
+        if (compute_tile.sub >= tiles_per_block) {
+          compute_tile.sub -= tiles_per_block;
+          ++compute_tile.jb;
+        }
+      }
       float s[G::sn][4];
 #pragma unroll
       for (int jn = 0; jn < G::sn; ++jn) s[jn][0] = s[jn][1] = s[jn][2] = s[jn][3] = 0.0f;
@@ -346,7 +437,7 @@ __global__ void __launch_bounds__(threads, 1)
 #pragma unroll
         for (int e2 = 0; e2 < 4; ++e2) {
           const std::int32_t key = (e2 & 1) ? t.y : t.x;
-          s[jn][e2] = key < vis[e2 / 2] ? s[jn][e2] * scale_log2 : -INFINITY;
+          s[jn][e2] = key < vis[e2 / 2] ? s[jn][e2] * s_scale : -INFINITY;
         }
       }
 
@@ -390,9 +481,10 @@ __global__ void __launch_bounds__(threads, 1)
       // P·V: the S fragments of n tiles 2kk, 2kk + 1 are the A fragment of k step kk.
 #pragma unroll
       for (int kk = 0; kk < G::pk; ++kk) {
-        const std::uint32_t pa[4] = {sm80::pack2<T>(s[2 * kk][0], s[2 * kk][1]), sm80::pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                                     sm80::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                     sm80::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const auto pw = [&](int jn, int e2) { return quantized ? s[jn][e2] * p_scale : s[jn][e2]; };
+        const std::uint32_t pa[4] = {sm80::pack2<T>(pw(2 * kk, 0), pw(2 * kk, 1)), sm80::pack2<T>(pw(2 * kk, 2), pw(2 * kk, 3)),
+                                     sm80::pack2<T>(pw(2 * kk + 1, 0), pw(2 * kk + 1, 1)),
+                                     sm80::pack2<T>(pw(2 * kk + 1, 2), pw(2 * kk + 1, 3))};
         sm80::static_for<D / 16>([&](auto dp) {
           // Keys 16kk + [0, 16), dims 16dp + [0, 16), transposed: b0/b1 of O n tiles 2dp, 2dp + 1.
           std::uint32_t vf[4];
@@ -407,6 +499,7 @@ __global__ void __launch_bounds__(threads, 1)
     // end), so wait_group<stages - 1> means "tile k landed" for this lane; __syncwarp then makes
     // every lane's copies (and zero fills, and tokens) visible to the warp's ldmatrix.
     next_tile = start;
+    compute_tile = start;
 #pragma unroll
     for (int k = 0; k < stages - 1; ++k) {
       if (k < mine) issue(k);
@@ -419,6 +512,12 @@ __global__ void __launch_bounds__(threads, 1)
       sm80::cp_async_commit();
       sm80::cp_async_wait<stages - 1>();
       __syncwarp();
+      if constexpr (quantized) {  // codes → 16-bit tile, in place
+        unsigned char* const buf = smem + (warp * stages + k % stages) * 2 * tile_bytes;
+        widen_tile<D, T, Code>(buf, lane);
+        widen_tile<D, T, Code>(buf + tile_bytes, lane);
+        __syncwarp();
+      }
       compute(static_cast<int>(k % stages));
     }
     sm80::cp_async_wait<0>();
