@@ -340,9 +340,7 @@ void random_decode_case(std::uint32_t seed) {
 // One random case with Q of type T and quantised K/V (Code), on both split kernels, against the
 // reference over the dequantised values.
 template <class T, class Code>
-void random_quantized_case(std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  const case_spec s = random_decode_spec(rng);
+void quantized_case(const case_spec& s, std::mt19937& rng, std::uint32_t seed) {
   const random_case<T, T> c(s, rng);
   const host_index hi = random_index(c.prob(), rng, 20);
   const bool per_block = chance(rng, 0.6);
@@ -876,12 +874,40 @@ TEST_CASE("decode host errors") {
   }
 }
 
+template <class T, class Code>
+void random_quantized_case(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const case_spec s = random_decode_spec(rng);
+  quantized_case<T, Code>(s, rng, seed);
+}
+
 // Quantised K/V (int8, fp8 e4m3) under bf16 and fp16 Q, both split kernels: random shapes, both
 // sources and layouts, scales per block or per head, against the reference over the dequantised values.
 TEST_CASE_TEMPLATE("decode quantized K/V against reference", Code, std::int8_t, skim::fp8_e4m3) {
   const std::uint32_t base = std::is_same_v<Code, std::int8_t> ? 3000 : 3100;
   for (std::uint32_t i = 0; i < 12; ++i) random_quantized_case<skim::bfloat16, Code>(base + i);
   for (std::uint32_t i = 0; i < 12; ++i) random_quantized_case<skim::half, Code>(base + 50 + i);
+}
+
+// A small fixed quantised case for compute-sanitizer: both codes and kernels, both sources, partial
+// blocks, decode and speculative rows, several splits.
+TEST_CASE("decode small quantized: both codes, kernels and sources") {
+  for (const bool paged : {false, true}) {
+    for (const std::int32_t d : {64, 128}) {
+      std::mt19937 rng(31u + static_cast<std::uint32_t>(d) + (paged ? 1u : 0u));
+      case_spec s;
+      s.head_dim = d;
+      s.heads_kv = 2;
+      s.heads_q = 8;
+      s.block_q = 8;
+      s.block_kv = 16;
+      s.seqs = {{1, 50}, {3, 37}, {0, 20}, {1, 16}};
+      s.paged = paged;
+      s.page_size = 24;
+      quantized_case<skim::bfloat16, skim::fp8_e4m3>(s, rng, 0);
+      quantized_case<skim::half, std::int8_t>(s, rng, 0);
+    }
+  }
 }
 
 TEST_CASE("decode quantized host errors: scales, alignment") {
