@@ -383,7 +383,7 @@ int run_decode(const options& o) {
               "\"bytes\": %.0f, \"tb_per_s\": %.3f, \"graph_ms\": %.5f, \"graph_tb_per_s\": %.3f, \"kernel\": \"%s\", "
               "\"layout\": \"%s\", \"chunk_blocks\": %d, \"cluster_merge\": %d, \"kv\": \"%s\"}\n",
               o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9, graph_ms, bytes / graph_ms * 1e-9,
-              o.kernel.c_str(), o.layout.c_str(), exec.chunk(p, width), o.cluster_merge, o.kv.c_str());
+              o.kernel.c_str(), o.layout.c_str(), exec.chunk(p, width, quantized), o.cluster_merge, o.kv.c_str());
   return 0;
 }
 

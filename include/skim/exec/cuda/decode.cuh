@@ -68,7 +68,8 @@
 //    (graph-capturable; it sets the kernel's dynamic shared memory attribute, a host-side call).
 //  - Workspace: a span of at least workspace_bytes(p, bound) bytes aligned to workspace_alignment
 //    (core/workspace.hpp, as every skim policy takes it), content ignored (0 bytes when one split
-//    covers every row: then it may be empty). Not shared between concurrent runs.
+//    covers every row under both split plans, 16-bit and quantised K/V: then it may be empty). Not
+//    shared between concurrent runs.
 
 #include <cuda_runtime.h>
 
@@ -115,17 +116,23 @@ struct decode {
   // in a cluster or by the merge kernel, and at 64 units or more splitting rows only adds time
   // (docs/performance.md, "GPU sparse decode vs FlexAttention").
   static constexpr std::int32_t auto_target_ctas = 64;
+  // For quantised K/V (8-bit codes): the tensor-core kernel widens each tile, so it is bound by
+  // instruction issue rather than memory and gains from twice the CTAs (B = 8, 16 blocks on the H200:
+  // 20.9 µs at 128 CTAs against 32.4 at 64).
+  static constexpr std::int32_t auto_target_ctas_quantized = 128;
   static constexpr std::int32_t auto_min_keys = 256;
 
-  // Blocks per split: chunk_blocks if set; else the bound (one split) when units >= auto_target_ctas,
-  // otherwise ceil(bound / ceil(auto_target_ctas / units)); at least auto_min_keys keys, at most
-  // max_chunk_blocks.
-  [[nodiscard]] std::int32_t chunk(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks) const noexcept {
+  // Blocks per split: chunk_blocks if set; else the bound (one split) when units >= the target
+  // (auto_target_ctas, or auto_target_ctas_quantized for quantised K/V), otherwise ceil(bound /
+  // ceil(target / units)); at least auto_min_keys keys, at most max_chunk_blocks.
+  [[nodiscard]] std::int32_t chunk(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks,
+                                   bool quantized = false) const noexcept {
     if (chunk_blocks > 0) return chunk_blocks;
     const std::int32_t bound = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
     if (bound <= 0 || p.block_kv <= 0) return 1;
     const std::int64_t units = static_cast<std::int64_t>(p.index_heads()) * p.batch * p.max_q_blocks();
-    const std::int64_t want = units <= 0 || units >= auto_target_ctas ? 1 : (auto_target_ctas + units - 1) / units;
+    const std::int64_t target = quantized ? auto_target_ctas_quantized : auto_target_ctas;
+    const std::int64_t want = units <= 0 || units >= target ? 1 : (target + units - 1) / units;
     std::int64_t c = (bound + want - 1) / want;
     const std::int64_t min_blocks = (auto_min_keys + p.block_kv - 1) / p.block_kv;
     if (c < min_blocks) c = min_blocks;
@@ -134,18 +141,21 @@ struct decode {
   }
 
   // Splits per row for at most max_selected_blocks ids per row (at least 1).
-  [[nodiscard]] std::int32_t splits(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks) const noexcept {
+  [[nodiscard]] std::int32_t splits(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks,
+                                    bool quantized = false) const noexcept {
     const std::int32_t bound = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
-    const std::int32_t c = chunk(p, max_selected_blocks);
+    const std::int32_t c = chunk(p, max_selected_blocks, quantized);
     if (bound <= 0 || c <= 0) return 1;
     return (bound - 1) / c + 1;
   }
 
-  // Bytes of partial states (m, l, o in fp32) for every split of every unit; 0 when rows never split.
+  // Bytes of partial states (m, l, o in fp32) for every split of every unit, for either kind of K/V
+  // (the larger of the two split plans); 0 when rows never split.
   [[nodiscard]] std::size_t workspace_bytes(const skim::cuda::device_problem& p,
                                             std::int32_t max_selected_blocks) const noexcept {
     if (!can_implement(p).ok()) return 0;  // run() rejects the problem before touching the workspace
-    const std::int32_t s = splits(p, max_selected_blocks);
+    const std::int32_t s16 = splits(p, max_selected_blocks, false), s8 = splits(p, max_selected_blocks, true);
+    const std::int32_t s = s16 > s8 ? s16 : s8;
     if (s <= 1) return 0;
     const std::size_t units = static_cast<std::size_t>(p.index_heads()) * p.batch * p.max_q_blocks();
     return units * s * unit_rows(p) * (static_cast<std::size_t>(p.head_dim) + 2) * sizeof(float);
@@ -213,8 +223,8 @@ struct decode {
     if (p.batch == 0 || p.max_seqlen_q == 0) return status::success();  // no query anywhere
 
     detail::decode_impl::launch_params lp;
-    lp.chunk_blocks = chunk(p, max_selected_blocks);
-    lp.splits = splits(p, max_selected_blocks);
+    lp.chunk_blocks = chunk(p, max_selected_blocks, quantized);
+    lp.splits = splits(p, max_selected_blocks, quantized);
     lp.max_rows = unit_rows(p);
     lp.q_blocks = p.max_q_blocks();
     lp.scale_log2 = p.scale() * detail::decode_impl::log2e;
