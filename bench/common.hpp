@@ -46,6 +46,7 @@
 #include "skim/core/dtypes.hpp"
 #include "skim/core/status.hpp"
 #include "skim/core/problem.hpp"
+#include "skim/core/quantized.hpp"
 #include "skim/core/views.hpp"
 #include "skim/core/workspace.hpp"
 
@@ -60,10 +61,18 @@ template <class T>
     return "fp32";
   } else if constexpr (std::is_same_v<T, half>) {
     return "fp16";
+  } else if constexpr (std::is_same_v<T, std::int8_t>) {
+    return "int8";
+  } else if constexpr (std::is_same_v<T, skim::fp8_e4m3>) {
+    return "fp8";
   } else {
     return "bf16";
   }
 }
+
+// 8-bit K/V codes (quantised sources, skim::quantized_kv).
+template <class T>
+inline constexpr bool is_code = std::is_same_v<T, std::int8_t> || std::is_same_v<T, skim::fp8_e4m3>;
 
 // ---------------------------------------------------------------------------------------------
 // Command-line flags of our own, read (and removed) before benchmark::Initialize sees argv.
@@ -174,13 +183,22 @@ inline std::vector<float> random_tensor(std::size_t n, std::uint32_t seed, float
   return x;
 }
 
+// x in storage type T; codes are x in units of 1/32 (int8, clamped) or 1/16 (e4m3), the scales a
+// quantised source pairs them with (code_unit<T>).
+template <class T>
+inline constexpr float code_unit = std::is_same_v<T, std::int8_t> ? 1.0f / 32.0f : 1.0f / 16.0f;
 template <class T>
 std::vector<T> convert(const std::vector<float>& x) {
   if constexpr (std::is_same_v<T, float>) {
     return x;
-  } else {
+  } else if constexpr (std::is_same_v<T, std::int8_t>) {
     std::vector<T> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = T::from_float(x[i]);
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = static_cast<std::int8_t>(std::clamp(std::nearbyint(x[i] * 32.0f), -127.0f, 127.0f));
+    return y;
+  } else {
+    constexpr float scale = is_code<T> ? 16.0f : 1.0f;  // e4m3 codes in units of 1/16
+    std::vector<T> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = T::from_float(x[i] * scale);
     return y;
   }
 }
@@ -325,18 +343,32 @@ enum class thread_split : std::uint8_t { automatic, kv_heads };
 // default) or head-major [heads_kv, tokens, dim] (HND).
 enum class kv_layout : std::uint8_t { token_major, head_major };
 
+// The K/V source of a job over elements T: contiguous_kv<T>, or quantized_kv<T> for 8-bit codes.
+template <class T, bool Code = is_code<T>>
+struct job_kv_of {
+  using type = skim::contiguous_kv<T>;
+};
+template <class T>
+struct job_kv_of<T, true> {
+  using type = skim::quantized_kv<T>;
+};
+template <class T>
+using job_kv = typename job_kv_of<T>::type;
+
 template <class Exec, class T, class Index>
 class executor_job {
  public:
-  using args_type = skim::attention_args<float, skim::contiguous_kv<T>, Index, float>;
+  using args_type = skim::attention_args<float, job_kv<T>, Index, float>;
   static constexpr bool has_items = has_work_items<Exec, args_type>;
 
+  // Codes (T an 8-bit code) read with scales[kv_block * heads_kv + h] for K and V alike, and run as
+  // one problem (a scale array is not sliced by kv head).
   template <class MakeIndex>
   executor_job(const Exec& exec, const skim::problem& p, const float* q, const T* k, const T* v, float* o, int threads,
                MakeIndex&& make_index, thread_split split = thread_split::automatic,
-               kv_layout layout = kv_layout::token_major)
+               kv_layout layout = kv_layout::token_major, std::span<const float> scales = {})
       : exec_(exec), threads_(threads), items_(has_items && split == thread_split::automatic) {
-    const std::int32_t slices = threads <= 1 || items_ ? 1 : p.heads_kv;
+    const std::int32_t slices = threads <= 1 || items_ || is_code<T> ? 1 : p.heads_kv;
     const std::int32_t nq = p.tokens_q(), nkv = p.tokens_kv();
     const auto qv = skim::strided_view<const float>::token_major(q, nq, p.heads_q, p.head_dim);
     const auto ov = skim::strided_view<float>::token_major(o, nq, p.heads_q, p.head_dim);
@@ -350,9 +382,14 @@ class executor_job {
       const skim::problem sp = slices == 1 ? p : slice_problem(p);
       const std::int32_t g = slices == 1 ? 0 : s;
       const std::int32_t hq = sp.heads_q, hkv = sp.heads_kv;
+      job_kv<T> source{.k = slice_heads(kv, g, hkv), .v = slice_heads(vv, g, hkv)};
+      if constexpr (is_code<T>) {
+        source.k_scales = scales;
+        source.v_scales = scales;
+      }
       args_.push_back(args_type{.prob = sp,
                                 .q = slice_heads(qv, g * p.group_size(), hq),
-                                .kv = {.k = slice_heads(kv, g, hkv), .v = slice_heads(vv, g, hkv)},
+                                .kv = source,
                                 .index = make_index(sp, s),
                                 .o = slice_heads(ov, g * p.group_size(), hq)});
       if constexpr (has_items) {

@@ -31,7 +31,8 @@
 // sel:all reads every block (index::causal_all: head-invariant, so exec::simd reads each token row
 // of K/V once for both kv heads); sel:1/8 reads every 8th block through a block_table (one row per
 // kv head: a data-driven selection, read per kv head), the gather skim exists for.
-// Q and O are fp32; kv:DT is the K/V storage type (converted to fp32 in registers).
+// Q and O are fp32; kv:DT is the K/V storage type (converted to fp32 in registers): fp32, fp16, bf16,
+// or int8 / fp8 codes with a scale per (block, kv head) (quantized_kv; the rate counts the codes).
 
 #include <benchmark/benchmark.h>
 
@@ -130,6 +131,8 @@ void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t
   const skim::problem p{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_q = block_q, .block_kv = bk,
                         .mask = skim::mask_kind::causal, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
   const std::int32_t blocks = p.kv_blocks(0);
+  // Codes' scales, one per (block, kv head) for K and V alike (empty for 16- and 32-bit K/V).
+  const std::vector<float> scales(is_code<T> ? std::size_t(blocks) * heads_kv : 0, code_unit<T>);
   const auto run_all = [&](auto& jobs) {
     std::size_t next = 0;
     for (auto _ : state) {
@@ -150,7 +153,7 @@ void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t
       jobs.push_back(std::make_unique<job>(Exec{}, p, d.q.data(), as<T>(d.k) + copy_elements * c,
                                            as<T>(d.v) + copy_elements * c, d.o.data(), threads,
                                            [](const skim::problem&, int) { return skim::index::causal_all{}; },
-                                           thread_split::automatic, layout));
+                                           thread_split::automatic, layout, scales));
     }
     run_all(jobs);
     set_rate(state, "bytes", 2.0 * n * heads_kv * dim * sizeof(T));
@@ -176,7 +179,7 @@ void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t
       for (std::int32_t c = 0; c < copies; ++c) {
         jobs.push_back(std::make_unique<job>(Exec{}, p, d.q.data(), as<T>(d.k) + copy_elements * c,
                                              as<T>(d.v) + copy_elements * c, d.o.data(), threads, make_index,
-                                             thread_split::automatic, layout));
+                                             thread_split::automatic, layout, scales));
       }
     }
     run_all(jobs);
@@ -338,6 +341,38 @@ void register_decode_dtype() {
 #endif
 }
 
+// Quantised K/V (8-bit codes, T): the simd executors at d = 128 on 1 and 2 threads, both layouts,
+// bk 32 and 128, beside the streaming read of the codes' bytes; the 16-bit rows of the same shapes
+// are register_decode_dtype's.
+template <class T>
+void register_decode_codes() {
+  for (const std::int32_t n : decode_lengths) {
+    const double bytes = 2.0 * n * heads_kv * 128 * sizeof(T);
+    for (const int threads : {1, 2}) {
+      benchmark::RegisterBenchmark(("decode/peer:stream/threads:" + std::to_string(threads) + "/dim:128/kv:" +
+                                    dtype_name<T>() + "/N:" + std::to_string(n)).c_str(),
+                                   [=](benchmark::State& s) { stream_peer(s, threads, bytes); })
+          ->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+    }
+  }
+#if defined(SKIM_BENCH_HAS_SIMD) && defined(__AVX512F__)
+  using E = skim::exec::simd<xsimd::avx512f>;
+  for (const std::int32_t n : decode_lengths) {
+    for (const int threads : {1, 2}) {
+      for (const std::int32_t bk : {32, 128}) {
+        const std::string row = "/exec:simd_avx512f/threads:" + std::to_string(threads) + "/dim:128/bk:" +
+                                std::to_string(bk) + "/kv:" + dtype_name<T>() + "/sel:all/N:" + std::to_string(n);
+        for (const kv_layout l : {kv_layout::token_major, kv_layout::head_major}) {
+          benchmark::RegisterBenchmark(((l == kv_layout::token_major ? "decode" : "decode_hnd") + row).c_str(),
+                                       [=](benchmark::State& s) { decode<E, T>(s, threads, 128, bk, n, 1, l); })
+              ->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+        }
+      }
+    }
+  }
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -347,6 +382,8 @@ int main(int argc, char** argv) {
   register_decode_dtype<float>();
   register_decode_dtype<skim::half>();
   register_decode_dtype<skim::bfloat16>();
+  register_decode_codes<std::int8_t>();
+  register_decode_codes<skim::fp8_e4m3>();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
