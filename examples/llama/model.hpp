@@ -77,20 +77,32 @@ inline constexpr float rope_theta = 10000.0f;
 inline constexpr float rms_eps = 1e-5f;
 inline constexpr std::size_t header_bytes = 7 * sizeof(std::int32_t);
 
-// Weight floats the config implies (legacy RoPE tables included), or 0 if a value is out
-// of range. Each dimension is capped so the products cannot overflow 64 bits.
+namespace detail {
+// Saturating 64-bit arithmetic: a result past 2^64 - 1 stays at 2^64 - 1 (never wraps).
+inline constexpr std::uint64_t saturated = std::numeric_limits<std::uint64_t>::max();
+[[nodiscard]] constexpr std::uint64_t mul(std::uint64_t a, std::uint64_t b) { return a != 0 && b > saturated / a ? saturated : a * b; }
+[[nodiscard]] constexpr std::uint64_t add(std::uint64_t a, std::uint64_t b) { return b > saturated - a ? saturated : a + b; }
+}  // namespace detail
+
+// Weight floats the config implies (legacy RoPE tables included), 0 if a value is out of
+// range (each must be in [1, 2^20]), or 2^64 - 1 if the count passes 64 bits. Every product
+// and sum is checked: with each dimension at 2^20 the count itself fits, but 4 × it (the
+// bytes) does not, and without the head checks (n_kv_heads > n_heads) even the count can pass.
 [[nodiscard]] inline std::uint64_t weight_floats(const config& c) {
   constexpr int cap = 1 << 20;
   for (const int v : {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len}) {
     if (v <= 0 || v > cap) return 0;
   }
+  using detail::add, detail::mul;
   const std::uint64_t d = c.dim, h = c.hidden_dim, l = c.n_layers, v = c.vocab_size, hd = c.dim / c.n_heads;
-  const std::uint64_t q = static_cast<std::uint64_t>(c.n_heads) * hd, kv = static_cast<std::uint64_t>(c.n_kv_heads) * hd;
-  std::uint64_t n = v * d;                     // token embedding
-  n += l * (d + d * q + 2 * d * kv + q * d);   // rms_att, wq, wk, wv, wo
-  n += l * (d + 3 * d * h);                    // rms_ffn, w1, w2, w3
-  n += d + static_cast<std::uint64_t>(c.seq_len) * hd;  // rms_final, two RoPE tables of hd/2
-  if (!c.shared_classifier) n += v * d;
+  const std::uint64_t q = mul(c.n_heads, hd), kv = mul(c.n_kv_heads, hd);
+  std::uint64_t layer = add(d, mul(d, q));   // rms_att, wq
+  layer = add(layer, mul(mul(2, d), kv));     // wk, wv
+  layer = add(layer, mul(q, d));              // wo
+  layer = add(layer, add(d, mul(mul(3, d), h)));  // rms_ffn, w1, w2, w3
+  std::uint64_t n = add(mul(v, d), mul(l, layer));  // token embedding, the layers
+  n = add(n, add(d, mul(c.seq_len, hd)));          // rms_final, two RoPE tables of hd/2
+  if (!c.shared_classifier) n = add(n, mul(v, d));
   return n;
 }
 
@@ -117,11 +129,12 @@ inline constexpr std::size_t header_bytes = 7 * sizeof(std::int32_t);
                          "%s: bad header: dim %d, n_heads %d, n_kv_heads %d (need heads | dim, kv_heads | heads, even head dim)", file,
                          c.dim, c.n_heads, c.n_kv_heads);
   }
-  const std::uint64_t expected = header_bytes + 4 * floats;
-  if (bytes.size() != expected) {
-    return status::error(status_code::invalid_argument, "%s: file holds %zu bytes, header (dim %d, %d layers, vocab %d%s) needs %llu",
+  // 28 + 4n is a multiple of 4, so a saturated 2^64 - 1 cannot be a real size.
+  const std::uint64_t expected = detail::add(header_bytes, detail::mul(4, floats));
+  if (expected == detail::saturated || bytes.size() != expected) {
+    return status::error(status_code::invalid_argument, "%s: file holds %zu bytes, header (dim %d, %d layers, vocab %d%s) needs %s%llu",
                          file, bytes.size(), c.dim, c.n_layers, c.vocab_size, c.shared_classifier ? "" : ", own classifier",
-                         static_cast<unsigned long long>(expected));
+                         expected == detail::saturated ? "more than " : "", static_cast<unsigned long long>(expected));
   }
 
   out.cfg = c;

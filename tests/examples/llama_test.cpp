@@ -2,12 +2,17 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -235,4 +240,99 @@ TEST_CASE("llama: a wrong or truncated file gives a clear error" * doctest::skip
   CHECK(std::string(s.message()).starts_with(tcut.string() + ": "));
   CHECK(std::string(tokenizer::load(dir / "tok512.bin", 500, tk).message()).find("bytes after the last token") != std::string::npos);
   fs::remove_all(tmp);
+}
+
+// The checkpoint loader on in-memory files (no checkpoint needed): a micro model built here,
+// then one bad field at a time.
+namespace {
+
+template <class T>
+void put(std::vector<std::byte>& out, T v) {
+  const auto* p = reinterpret_cast<const std::byte*>(&v);
+  out.insert(out.end(), p, p + sizeof v);
+}
+
+std::vector<std::byte> micro_model(std::array<std::int32_t, 7> h, std::size_t floats) {
+  std::vector<std::byte> b;
+  for (const std::int32_t v : h) put(b, v);
+  for (std::size_t i = 0; i < floats; ++i) put(b, static_cast<float>(i));
+  return b;
+}
+
+// dim 8, hidden 12, 1 layer, 2 heads (head dim 4), 1 kv head, vocab 5, seq_len 3.
+constexpr std::array<std::int32_t, 7> micro_header{8, 12, 1, 2, 1, 5, 3};
+constexpr std::size_t micro_floats = 5 * 8 + (8 + 8 * 8 + 2 * 8 * 4 + 8 * 8) + (8 + 3 * 8 * 12) + 8 + 3 * 4;
+
+std::string message(const skim::status& s) { return s.ok() ? "ok" : s.message(); }
+
+}  // namespace
+
+TEST_CASE("llama: parse() reads a micro checkpoint from memory") {
+  const std::vector<std::byte> b = micro_model(micro_header, micro_floats);
+  model m;
+  REQUIRE(message(parse(b, m, "micro.bin")) == "ok");
+  CHECK(m.cfg.dim == 8);
+  CHECK(m.cfg.kv_dim() == 4);
+  CHECK(m.storage.size() == micro_floats);
+  REQUIRE(m.layers.size() == 1);
+  CHECK(m.token_embedding.data() == m.storage.data());
+  CHECK(m.layers[0].rms_att[0] == 40.0f);  // right after the 5 × 8 embedding
+  CHECK(m.classifier.data() == m.token_embedding.data());
+  CHECK(m.rms_final.data() + 8 + 12 == m.storage.data() + m.storage.size());  // then the RoPE tables
+}
+
+TEST_CASE("llama: parse() rejects truncated, padded and out-of-range checkpoints") {
+  model m;
+  const std::vector<std::byte> good = micro_model(micro_header, micro_floats);
+  std::vector<std::byte> b(good.begin(), good.end() - 4);
+  CHECK(message(parse(b, m, "cut.bin")) == "cut.bin: file holds 2248 bytes, header (dim 8, 1 layers, vocab 5) needs 2252");
+  b = good;
+  b.push_back(std::byte{0});
+  CHECK(message(parse(b, m, "pad.bin")) == "pad.bin: file holds 2253 bytes, header (dim 8, 1 layers, vocab 5) needs 2252");
+  auto h = micro_header;
+  h[5] = -5;  // a separate classifier: 40 floats more
+  CHECK(message(parse(micro_model(h, micro_floats + 40), m, "own.bin")) == "ok");
+  CHECK_FALSE(m.cfg.shared_classifier);
+  CHECK(m.classifier.data() == m.storage.data() + micro_floats);
+  CHECK(message(parse(micro_model(h, micro_floats), m, "own.bin")) ==
+        "own.bin: file holds 2252 bytes, header (dim 8, 1 layers, vocab 5, own classifier) needs 2412");
+  h = micro_header;
+  h[5] = std::numeric_limits<std::int32_t>::min();
+  CHECK(message(parse(micro_model(h, 0), m, "min.bin")) ==
+        "min.bin: bad header: dim 8, hidden_dim 12, n_layers 1, n_heads 2, n_kv_heads 1, vocab_size -2147483648, seq_len 3");
+  h = micro_header;
+  h[1] = (1 << 20) + 1;
+  CHECK(message(parse(micro_model(h, 0), m, "big.bin")) ==
+        "big.bin: bad header: dim 8, hidden_dim 1048577, n_layers 1, n_heads 2, n_kv_heads 1, vocab_size 5, seq_len 3");
+  h = micro_header;
+  h[3] = 8;  // head dim 1: odd
+  CHECK(message(parse(micro_model(h, 0), m, "odd.bin")) ==
+        "odd.bin: bad header: dim 8, n_heads 8, n_kv_heads 1 (need heads | dim, kv_heads | heads, even head dim)");
+}
+
+TEST_CASE("llama: weight_floats() saturates instead of wrapping") {
+  constexpr std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
+  // n_kv_heads > n_heads (rejected after the count): 2 × dim × kv × layers is 2^81.
+  CHECK(weight_floats({.dim = 1 << 20, .hidden_dim = 1, .n_layers = 1 << 20, .n_heads = 1, .n_kv_heads = 1 << 20,
+                       .vocab_size = 1, .seq_len = 1}) == max);
+  // Every dimension at its cap still counts exactly.
+  const config top{.dim = 1 << 20, .hidden_dim = 1 << 20, .n_layers = 1 << 20, .n_heads = 1 << 20, .n_kv_heads = 1 << 20,
+                   .vocab_size = 1 << 20, .seq_len = 1 << 20};
+  CHECK(weight_floats(top) == (1ull << 40) + (1ull << 20) * ((1ull << 20) + 4 * (1ull << 40) + (1ull << 20) + 3 * (1ull << 40)) +
+                                  (1ull << 20) + (1ull << 20));
+}
+
+TEST_CASE("llama: a header whose byte count passes 2^64 is rejected, not wrapped to the file size") {
+  // 2^62 + 1048580 floats: 28 + 4 × that wrapped to 4194348, so a 4 MB file of this header
+  // was accepted and storage.resize(2^62 + ...) threw.
+  const std::array<std::int32_t, 7> h{1 << 20, 950273, 624268, 1 << 19, 1 << 19, 417604, 2};
+  const config c{.dim = h[0], .hidden_dim = h[1], .n_layers = h[2], .n_heads = h[3], .n_kv_heads = h[4], .vocab_size = h[5],
+                 .seq_len = h[6]};
+  CHECK(weight_floats(c) == (1ull << 62) + 1048580);
+  std::vector<std::byte> b(4194348);
+  std::memcpy(b.data(), h.data(), 28);
+  model m;
+  CHECK(message(parse(b, m, "wrap.bin")) ==
+        "wrap.bin: file holds 4194348 bytes, header (dim 1048576, 624268 layers, vocab 417604) needs more than 18446744073709551615");
+  CHECK(m.storage.empty());
 }
