@@ -10,6 +10,8 @@
 // merged piece has the best score, the leftmost on ties), but keeps candidate pairs in a
 // heap, so a long text costs O(n log n) instead of llama2.c's O(n^2) rescans.
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "../common/read_file.hpp"
@@ -31,15 +34,27 @@ class tokenizer {
   static constexpr int eos = 2;
   static constexpr int byte_offset = 3;  // id of the byte piece <0x00>
 
-  // @pre vocab_size > 0 (from the model's config); the file must hold exactly that many tokens.
+  // Reads a tokenizer file; messages name `path` as given. See parse() for the checks.
   [[nodiscard]] static skim::status load(const std::filesystem::path& path, int vocab_size, tokenizer& out) {
-    const std::string name = path.string();
+    std::vector<std::byte> bytes;
+    SKIM_TRY(skim::examples::read_file(path, bytes));
+    return parse(bytes, vocab_size, out, path.string());
+  }
+
+  // Parses an in-memory tokenizer file of `vocab_size` tokens (from the model's config);
+  // `name` labels messages. Rejects, naming the bad value: a vocab_size below 259 (the byte
+  // pieces need ids 3..258: encode() falls back to them), a max_token_length outside
+  // [1, file bytes], a truncated entry, a score that is NaN or infinite, a length that is
+  // negative, past the end of the file or over max_token_length, ids 3..258 that are not the
+  // byte pieces "<0x00>".."<0xFF>", and bytes after the last token. Never reads outside
+  // `bytes`; on an error `out` is left as it was.
+  [[nodiscard]] static skim::status parse(std::span<const std::byte> bytes, int vocab_size, tokenizer& out,
+                                          const std::string& name) {
     const auto fail = [&](const char* what, long long a, long long b) {
       return skim::status::error(skim::status_code::invalid_argument, "%s: %s (%lld, %lld)", name.c_str(), what, a, b);
     };
-    std::vector<std::byte> bytes;
-    SKIM_TRY(skim::examples::read_file(path, bytes));
     const std::string_view raw(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    const auto file_bytes = static_cast<long long>(raw.size());
     std::size_t at = 0;
     const auto read_i32 = [&](std::int32_t& v) {
       if (raw.size() - at < 4) return false;
@@ -47,24 +62,40 @@ class tokenizer {
       at += 4;
       return true;
     };
-    if (vocab_size <= 0) return fail("bad vocab_size (vocab_size, file bytes)", vocab_size, static_cast<long long>(raw.size()));
+    if (vocab_size < byte_offset + 256) return fail("bad vocab_size, need 259 or more (vocab_size, file bytes)", vocab_size, file_bytes);
     std::int32_t max_len = 0;
-    if (!read_i32(max_len) || max_len <= 0) return fail("bad max_token_length (value, file bytes)", max_len, static_cast<long long>(raw.size()));
-    out.max_token_length_ = max_len;
-    out.pieces_.assign(vocab_size, {});
-    out.scores_.assign(vocab_size, 0.0f);
-    out.ids_.clear();
+    if (!read_i32(max_len)) return fail("too short for max_token_length (file bytes, needed)", file_bytes, 4);
+    if (max_len <= 0 || max_len > file_bytes) return fail("bad max_token_length (value, file bytes)", max_len, file_bytes);
+    tokenizer t;
+    t.max_token_length_ = max_len;
+    t.pieces_.assign(static_cast<std::size_t>(vocab_size), {});
+    t.scores_.assign(static_cast<std::size_t>(vocab_size), 0.0f);
     for (int i = 0; i < vocab_size; ++i) {
       std::int32_t score_bits = 0, len = 0;
-      if (!read_i32(score_bits) || !read_i32(len)) return fail("truncated token entry (token, offset)", i, static_cast<long long>(at));
+      const auto entry = static_cast<long long>(at);
+      if (!read_i32(score_bits) || !read_i32(len)) return fail("truncated token entry (token, offset)", i, entry);
+      float score = 0;
+      std::memcpy(&score, &score_bits, 4);
+      if (!std::isfinite(score)) return fail("score is NaN or infinite (token, score bits)", i, static_cast<std::uint32_t>(score_bits));
       if (len < 0 || static_cast<std::size_t>(len) > raw.size() - at) return fail("bad token length (token, length)", i, len);
-      std::memcpy(&out.scores_[i], &score_bits, 4);
-      out.pieces_[i].assign(raw.substr(at, static_cast<std::size_t>(len)));
+      if (len > max_len) return fail("token length over max_token_length (token, length)", i, len);
+      t.scores_[i] = score;
+      t.pieces_[i].assign(raw.substr(at, static_cast<std::size_t>(len)));
       at += static_cast<std::size_t>(len);
-      out.ids_.emplace(out.pieces_[i], i);  // duplicates keep the lowest id
+      if (i >= byte_offset && i < byte_offset + 256 && t.pieces_[i] != byte_piece(i - byte_offset)) {
+        return fail("not the byte piece <0xHH> its id needs (token, length)", i, len);
+      }
+      t.ids_.emplace(t.pieces_[i], i);  // duplicates keep the lowest id
     }
     if (at != raw.size()) return fail("bytes after the last token (vocab_size, extra bytes)", vocab_size, static_cast<long long>(raw.size() - at));
+    out = std::move(t);
     return skim::status::success();
+  }
+
+  // The byte piece of byte b: "<0x41>" for 'A' (uppercase hex, as llama2.c and SentencePiece).
+  [[nodiscard]] static std::string byte_piece(int b) {
+    constexpr char hex[] = "0123456789ABCDEF";
+    return {'<', '0', 'x', hex[(b >> 4) & 15], hex[b & 15], '>'};
   }
 
   [[nodiscard]] int vocab_size() const { return static_cast<int>(pieces_.size()); }

@@ -242,8 +242,8 @@ TEST_CASE("llama: a wrong or truncated file gives a clear error" * doctest::skip
   fs::remove_all(tmp);
 }
 
-// The checkpoint loader on in-memory files (no checkpoint needed): a micro model built here,
-// then one bad field at a time.
+// The loaders on in-memory files (no checkpoint needed): a micro model and tokenizer built
+// here, then one bad field at a time.
 namespace {
 
 template <class T>
@@ -264,6 +264,30 @@ constexpr std::array<std::int32_t, 7> micro_header{8, 12, 1, 2, 1, 5, 3};
 constexpr std::size_t micro_floats = 5 * 8 + (8 + 8 * 8 + 2 * 8 * 4 + 8 * 8) + (8 + 3 * 8 * 12) + 8 + 3 * 4;
 
 std::string message(const skim::status& s) { return s.ok() ? "ok" : s.message(); }
+
+struct token_entry {
+  float score;
+  std::string piece;
+  std::int32_t length;  // as written; normally piece.size()
+};
+
+std::vector<token_entry> micro_vocab() {
+  std::vector<token_entry> v = {{0, "<unk>", 5}, {0, "\n<s>\n", 5}, {0, "\n</s>\n", 6}};
+  for (int b = 0; b < 256; ++b) v.push_back({0, tokenizer::byte_piece(b), 6});
+  for (const char* p : {" ", "a", "b", "ab", " ab"}) v.push_back({-static_cast<float>(v.size()), p, static_cast<std::int32_t>(std::strlen(p))});
+  return v;
+}
+
+std::vector<std::byte> tokenizer_file(std::int32_t max_len, const std::vector<token_entry>& v) {
+  std::vector<std::byte> b;
+  put(b, max_len);
+  for (const token_entry& t : v) {
+    put(b, t.score);
+    put(b, t.length);
+    for (const char c : t.piece) b.push_back(static_cast<std::byte>(c));
+  }
+  return b;
+}
 
 }  // namespace
 
@@ -335,4 +359,54 @@ TEST_CASE("llama: a header whose byte count passes 2^64 is rejected, not wrapped
   CHECK(message(parse(b, m, "wrap.bin")) ==
         "wrap.bin: file holds 4194348 bytes, header (dim 1048576, 624268 layers, vocab 417604) needs more than 18446744073709551615");
   CHECK(m.storage.empty());
+}
+
+TEST_CASE("llama: tokenizer::parse() reads a micro tokenizer from memory") {
+  const std::vector<token_entry> v = micro_vocab();
+  tokenizer tk;
+  REQUIRE(message(tokenizer::parse(tokenizer_file(6, v), static_cast<int>(v.size()), tk, "tok.bin")) == "ok");
+  CHECK(tk.vocab_size() == 264);
+  CHECK(tk.piece(3 + 'A') == "<0x41>");
+  CHECK(tk.find(" ab") == 263);
+  CHECK(tk.encode("ab") == std::vector<int>{tokenizer::bos, 263});
+  CHECK(tk.encode("b\xc3\xa9") == std::vector<int>{tokenizer::bos, 259, 261, 3 + 0xc3, 3 + 0xa9});
+  CHECK(tk.decode(tk.encode("b\xc3\xa9")) == "b\xc3\xa9");
+}
+
+TEST_CASE("llama: tokenizer::parse() names the bad value of a malformed file") {
+  const std::vector<token_entry> good = micro_vocab();
+  const int n = static_cast<int>(good.size());
+  tokenizer tk;
+  const auto parse_with = [&](std::int32_t max_len, const std::vector<token_entry>& v, int vocab = 264) {
+    return message(tokenizer::parse(tokenizer_file(max_len, v), vocab, tk, "t.bin"));
+  };
+  // Below 259 tokens encode() would index byte pieces past the vocabulary.
+  CHECK(parse_with(6, {good.begin(), good.begin() + 100}, 100) == "t.bin: bad vocab_size, need 259 or more (vocab_size, file bytes) (100, 1402)");
+  CHECK(parse_with(6, good, 265) == "t.bin: truncated token entry (token, offset) (264, 3676)");
+  CHECK(parse_with(6, good, 263) == "t.bin: bytes after the last token (vocab_size, extra bytes) (263, 11)");
+  CHECK(parse_with(0, good) == "t.bin: bad max_token_length (value, file bytes) (0, 3676)");
+  CHECK(parse_with(-1, good) == "t.bin: bad max_token_length (value, file bytes) (-1, 3676)");
+  CHECK(parse_with(5000, good) == "t.bin: bad max_token_length (value, file bytes) (5000, 3676)");
+  CHECK(parse_with(5, good) == "t.bin: token length over max_token_length (token, length) (2, 6)");
+  std::vector<token_entry> v = good;
+  v[7].score = std::numeric_limits<float>::quiet_NaN();
+  CHECK(parse_with(6, v) == "t.bin: score is NaN or infinite (token, score bits) (7, 2143289344)");
+  v = good;
+  v[260].score = -std::numeric_limits<float>::infinity();
+  CHECK(parse_with(6, v) == "t.bin: score is NaN or infinite (token, score bits) (260, 4286578688)");
+  v = good;
+  v[1].length = -1;
+  CHECK(parse_with(6, v) == "t.bin: bad token length (token, length) (1, -1)");
+  v = good;
+  v.back().length = std::numeric_limits<std::int32_t>::max();
+  CHECK(parse_with(6, v) == "t.bin: bad token length (token, length) (263, 2147483647)");
+  v = good;
+  v[3 + 'A'].piece = "<0x61>";
+  CHECK(parse_with(6, v) == "t.bin: not the byte piece <0xHH> its id needs (token, length) (68, 6)");
+  const std::vector<std::byte> whole = tokenizer_file(6, good);
+  CHECK(message(tokenizer::parse(std::span(whole).first(2), n, tk, "t.bin")) ==
+        "t.bin: too short for max_token_length (file bytes, needed) (2, 4)");
+  CHECK(message(tokenizer::parse(std::span(whole).first(whole.size() - 1), n, tk, "t.bin")) ==
+        "t.bin: bad token length (token, length) (263, 3)");
+  CHECK(tk.vocab_size() == 0);  // every failure left it as it was
 }
