@@ -132,9 +132,13 @@ inline constexpr std::uint64_t saturated = std::numeric_limits<std::uint64_t>::m
   // 28 + 4n is a multiple of 4, so a saturated 2^64 - 1 cannot be a real size.
   const std::uint64_t expected = detail::add(header_bytes, detail::mul(4, floats));
   if (expected == detail::saturated || bytes.size() != expected) {
-    return status::error(status_code::invalid_argument, "%s: file holds %zu bytes, header (dim %d, %d layers, vocab %d%s) needs %s%llu",
-                         file, bytes.size(), c.dim, c.n_layers, c.vocab_size, c.shared_classifier ? "" : ", own classifier",
-                         expected == detail::saturated ? "more than " : "", static_cast<unsigned long long>(expected));
+    const char* own = c.shared_classifier ? "" : ", own classifier";
+    if (expected == detail::saturated) {
+      return status::error(status_code::invalid_argument, "%s: file holds %zu bytes, header (dim %d, %d layers, vocab %d%s) needs over 2^64",
+                           file, bytes.size(), c.dim, c.n_layers, c.vocab_size, own);
+    }
+    return status::error(status_code::invalid_argument, "%s: file holds %zu bytes, header (dim %d, %d layers, vocab %d%s) needs %llu", file,
+                         bytes.size(), c.dim, c.n_layers, c.vocab_size, own, static_cast<unsigned long long>(expected));
   }
 
   out.cfg = c;

@@ -44,10 +44,10 @@ class tokenizer {
   // Parses an in-memory tokenizer file of `vocab_size` tokens (from the model's config);
   // `name` labels messages. Rejects, naming the bad value: a vocab_size below 259 (the byte
   // pieces need ids 3..258: encode() falls back to them), a max_token_length outside
-  // [1, file bytes], a truncated entry, a score that is NaN or infinite, a length that is
-  // negative, past the end of the file or over max_token_length, ids 3..258 that are not the
-  // byte pieces "<0x00>".."<0xFF>", and bytes after the last token. Never reads outside
-  // `bytes`; on an error `out` is left as it was.
+  // [1, file bytes], a file too short for vocab_size entries of 8 bytes, a truncated entry, a
+  // score that is NaN or infinite, a length that is negative, past the end of the file or over
+  // max_token_length, ids 3..258 that are not the byte pieces "<0x00>".."<0xFF>", and bytes
+  // after the last token. Never reads outside `bytes`; on an error `out` is left as it was.
   [[nodiscard]] static skim::status parse(std::span<const std::byte> bytes, int vocab_size, tokenizer& out,
                                           const std::string& name) {
     const auto fail = [&](const char* what, long long a, long long b) {
@@ -66,6 +66,10 @@ class tokenizer {
     std::int32_t max_len = 0;
     if (!read_i32(max_len)) return fail("too short for max_token_length (file bytes, needed)", file_bytes, 4);
     if (max_len <= 0 || max_len > file_bytes) return fail("bad max_token_length (value, file bytes)", max_len, file_bytes);
+    // Each entry takes 8 bytes or more: check before allocating vocab_size pieces.
+    if (static_cast<std::uint64_t>(vocab_size) > (raw.size() - 4) / 8) {
+      return fail("file too short for vocab_size tokens of 8 bytes or more (vocab_size, file bytes)", vocab_size, file_bytes);
+    }
     tokenizer t;
     t.max_token_length_ = max_len;
     t.pieces_.assign(static_cast<std::size_t>(vocab_size), {});

@@ -357,7 +357,7 @@ TEST_CASE("llama: a header whose byte count passes 2^64 is rejected, not wrapped
   std::memcpy(b.data(), h.data(), 28);
   model m;
   CHECK(message(parse(b, m, "wrap.bin")) ==
-        "wrap.bin: file holds 4194348 bytes, header (dim 1048576, 624268 layers, vocab 417604) needs more than 18446744073709551615");
+        "wrap.bin: file holds 4194348 bytes, header (dim 1048576, 624268 layers, vocab 417604) needs over 2^64");
   CHECK(m.storage.empty());
 }
 
@@ -383,6 +383,12 @@ TEST_CASE("llama: tokenizer::parse() names the bad value of a malformed file") {
   // Below 259 tokens encode() would index byte pieces past the vocabulary.
   CHECK(parse_with(6, {good.begin(), good.begin() + 100}, 100) == "t.bin: bad vocab_size, need 259 or more (vocab_size, file bytes) (100, 1402)");
   CHECK(parse_with(6, good, 265) == "t.bin: truncated token entry (token, offset) (264, 3676)");
+  // A huge vocab_size is rejected before vocab_size pieces are allocated.
+  CHECK(parse_with(6, good, std::numeric_limits<std::int32_t>::max()) ==
+        "t.bin: file too short for vocab_size tokens of 8 bytes or more (vocab_size, file bytes) (2147483647, 3676)");
+  CHECK(parse_with(6, good, 460) ==
+        "t.bin: file too short for vocab_size tokens of 8 bytes or more (vocab_size, file bytes) (460, 3676)");
+  CHECK(parse_with(6, good, 459) == "t.bin: truncated token entry (token, offset) (264, 3676)");
   CHECK(parse_with(6, good, 263) == "t.bin: bytes after the last token (vocab_size, extra bytes) (263, 11)");
   CHECK(parse_with(0, good) == "t.bin: bad max_token_length (value, file bytes) (0, 3676)");
   CHECK(parse_with(-1, good) == "t.bin: bad max_token_length (value, file bytes) (-1, 3676)");
