@@ -134,35 +134,32 @@ struct device_array {
 
 // N(0, 1) values in a 16-bit type, generated on the host once per distinct pattern and tiled:
 // random everywhere, cheap to make for gigabytes.
-template <class T>
-void fill_random(device_array<T>& a, unsigned seed) {
+// a filled with a pattern of value(x) for x ~ N(0, 1), drawn on the host once and tiled.
+template <class T, class Value>
+void fill_tiled(device_array<T>& a, unsigned seed, Value value) {
   constexpr std::size_t pattern = std::size_t(1) << 22;
   std::vector<T> h(std::min(a.n, pattern));
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (T& x : h) x = T::from_float(nd(rng));
+  for (T& x : h) x = value(nd(rng));
   for (std::size_t off = 0; off < a.n; off += h.size()) {
     const std::size_t m = std::min(h.size(), a.n - off);
     BENCH_CHECK(cudaMemcpy(a.p + off, h.data(), m * sizeof(T), cudaMemcpyHostToDevice));
   }
+}
+template <class T>
+void fill_random(device_array<T>& a, unsigned seed) {
+  fill_tiled(a, seed, [](float x) { return T::from_float(x); });
 }
 
 // Random 8-bit codes (int8 over its range, e4m3 a rounded N(0, 16²)) and scales near their
 // inverse, so that the values are about N(0, 1), tiled as fill_random's.
 template <class Code>
 void fill_codes(device_array<Code>& a, unsigned seed) {
-  constexpr std::size_t pattern = std::size_t(1) << 22;
-  std::vector<Code> h(std::min(a.n, pattern));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (Code& x : h) {
-    if constexpr (std::is_same_v<Code, std::int8_t>) x = static_cast<std::int8_t>(std::clamp(48.0f * nd(rng), -127.0f, 127.0f));
-    else x = Code::from_float(16.0f * nd(rng));
-  }
-  for (std::size_t off = 0; off < a.n; off += h.size()) {
-    const std::size_t m = std::min(h.size(), a.n - off);
-    BENCH_CHECK(cudaMemcpy(a.p + off, h.data(), m * sizeof(Code), cudaMemcpyHostToDevice));
-  }
+  fill_tiled(a, seed, [](float x) {
+    if constexpr (std::is_same_v<Code, std::int8_t>) return static_cast<std::int8_t>(std::clamp(48.0f * x, -127.0f, 127.0f));
+    else return Code::from_float(16.0f * x);
+  });
 }
 void fill_scales(device_array<float>& a, float unit, unsigned seed) {
   std::vector<float> h(a.n);

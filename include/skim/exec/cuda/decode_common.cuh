@@ -305,6 +305,17 @@ __device__ __forceinline__ void check_ids(const device_problem& p, const unit& u
   }
 }
 
+// A quantised source's (K, V) scales of each checked id of the chunk, by the id's thread (a skipped
+// id's keys are never loaded, so its scales are never used: 0). @pre check_ids wrote ids_s[j]
+template <class Rows>
+__device__ __forceinline__ void load_scales(const Rows& src, std::int32_t j, std::int32_t entries,
+                                            const std::int32_t* ids_s, float2* scales_s) noexcept {
+  if (j < entries) {
+    const std::int32_t id = ids_s[j];
+    scales_s[j] = id >= 0 ? make_float2(src.k_scale(id), src.v_scale(id)) : make_float2(0.0f, 0.0f);
+  }
+}
+
 // Output element (row, d) of unit u: O = o / l (0 when l = 0) and, for d = 0, lse = (mx + log2 l) ln 2
 // (-inf when l = 0), from a state in the log2 domain.
 template <class TO>

@@ -226,12 +226,7 @@ __global__ void __launch_bounds__(threads, 1)
   const std::int32_t entries = n - first_entry < lp.chunk_blocks ? n - first_entry : lp.chunk_blocks;
   load_ids_late<Index>(span, j, entry, entries, e);
   check_ids(p, u, span, n, lp, split, j, entry, entries, e, ids_s);
-  if constexpr (quantized) {  // the id's scales (a skipped id's keys are zero-filled: its scales are never used)
-    if (j < entries) {
-      const std::int32_t id = ids_s[j];
-      scales_s[j] = id >= 0 ? make_float2(src.k_scale(id), src.v_scale(id)) : make_float2(0.0f, 0.0f);
-    }
-  }
+  if constexpr (quantized) load_scales(src, j, entries, ids_s, scales_s);
   store_q<D>(qv, qr, j, q_s);
   __syncthreads();  // ids, scales and Q visible to every warp
 
@@ -263,6 +258,32 @@ __global__ void __launch_bounds__(threads, 1)
   const std::int64_t lane_off = static_cast<std::int64_t>(lane / G::chunks) * src.token_stride + c * sm80::chunk_elems;
   const std::int64_t step_off = static_cast<std::int64_t>(G::keys_per_copy) * src.token_stride;
 
+  // Key slot `lane` of the tile (block entry id, first key `first`) resolved one key per lane (paged
+  // K/V, and any source of codes): its token into tok_warp (no_key if nothing may be read) and the
+  // element offset of its K and V rows, returned to be shuffled to the copying lanes (-1: nothing to
+  // load; a page the source cannot give is reported once per launch through page_bits).
+  const auto slot_offset = [&](std::int32_t id, std::int32_t first, int st) {
+    long long off = -1;
+    if (lane < G::tile_keys) {
+      std::int32_t tok = no_key;
+      const std::int32_t o = first + lane;
+      if (id >= 0 && o < block_kv) {
+        const std::int32_t t = id * block_kv + o;
+        if (t < load_end) {
+          std::int64_t x = 0;
+          if (src.offset(t, x)) {
+            off = x;
+            tok = t;
+          } else {
+            page_bits |= skim::cuda::bad_page;
+          }
+        }
+      }
+      tok_warp[st * max_tile_keys + lane] = tok;
+    }
+    return off;
+  };
+
   // The warp's next tile into buffer st. Lane k < tile_keys writes key slot k's token; the copy of
   // step i moves chunk lane % chunks of slot i · keys_per_copy + lane / chunks.
   const auto issue = [&](int st) {
@@ -279,24 +300,7 @@ __global__ void __launch_bounds__(threads, 1)
     const std::uint32_t v_st = k_st + tile_bytes;
     if constexpr (quantized) {  // codes, [tile_keys][D] bytes from each buffer's start (widen_tile's input)
       using CG = code_geometry<D>;
-      long long off = -1;  // element (code) offset of the slot's K and V rows; -1: nothing to load
-      if (lane < G::tile_keys) {
-        std::int32_t tok = no_key;
-        const std::int32_t o = first + lane;
-        if (id >= 0 && o < block_kv) {
-          const std::int32_t t = id * block_kv + o;
-          if (t < load_end) {
-            std::int64_t x = 0;
-            if (src.offset(t, x)) {
-              off = x;
-              tok = t;
-            } else {
-              page_bits |= skim::cuda::bad_page;
-            }
-          }
-        }
-        tok_warp[st * max_tile_keys + lane] = tok;
-      }
+      const long long off = slot_offset(id, first, st);
 #pragma unroll
       for (int i = 0; i < CG::copies; ++i) {
         const int key = i * CG::keys_per_copy + lane / CG::chunks;
@@ -332,24 +336,7 @@ __global__ void __launch_bounds__(threads, 1)
       }
       return;
     }
-    long long off = -1;  // element offset of the slot's K and V rows; -1: nothing to load
-    if (lane < G::tile_keys) {
-      std::int32_t tok = no_key;
-      const std::int32_t o = first + lane;
-      if (id >= 0 && o < block_kv) {
-        const std::int32_t t = id * block_kv + o;
-        if (t < load_end) {
-          std::int64_t x = 0;
-          if (src.offset(t, x)) {
-            off = x;
-            tok = t;
-          } else {
-            page_bits |= skim::cuda::bad_page;
-          }
-        }
-      }
-      tok_warp[st * max_tile_keys + lane] = tok;
-    }
+    const long long off = slot_offset(id, first, st);
 #pragma unroll
     for (int i = 0; i < G::copies; ++i) {
       const int key = i * G::keys_per_copy + lane / G::chunks;

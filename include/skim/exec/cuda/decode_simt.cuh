@@ -323,12 +323,7 @@ __global__ void __launch_bounds__(threads, 1)
   const std::int32_t entries = n - first_entry < lp.chunk_blocks ? n - first_entry : lp.chunk_blocks;
   load_ids_late<Index>(span, j, entry, entries, e);
   check_ids(p, u, span, n, lp, split, j, entry, entries, e, ids_s);
-  if constexpr (quantized) {  // the id's scales (a skipped id's are never used: its keys are not loaded)
-    if (j < entries) {
-      const std::int32_t id = ids_s[j];
-      scales_s[j] = id >= 0 ? make_float2(src.k_scale(id), src.v_scale(id)) : make_float2(0.0f, 0.0f);
-    }
-  }
+  if constexpr (quantized) load_scales(src, j, entries, ids_s, scales_s);
   __syncthreads();
 
   const chunk_view<D, KV> cv{
