@@ -20,6 +20,9 @@
 //   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
 //           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C (printed as
 //           "chunk_blocks": the executor's choice when 0) --cluster-merge 0|1 (decode::merge_in_cluster)
+//   decode, step: --page P (0, the default: contiguous K/V; P > 0: skim's paged source, pages of P
+//           tokens over a pool whose page table is a random permutation, so a sequence's pages are
+//           scattered; --layout within a page; 16-bit K/V only)
 //   prefill: --kernel mma|wgmma|auto (cuda::prefill's kernel: mma.sync, wgmma on sm_90a, or
 //           the executor's choice, the default; printed as "kernel" in the JSON line)
 //
@@ -30,6 +33,13 @@
 // sets (int32, [sets, rows, blocks]) so compare.py builds FlexAttention's mask from the same ids.
 // Rates: decode counts the selected K+V bytes read once; prefill counts 4·pairs·head_dim·heads_q
 // over the (causally) visible pairs of the selected blocks.
+// Decode and step lines end with the shape: heads_q, heads_kv, dim, bk, page, dtype. A shape or a
+// run the executor refuses prints one line with "error" (the status message) and exits with 3.
+//
+// The shape sweep (batch 1..64, head_dim 64 and 128, GQA 1/4/8, paged K/V with pages of 16 and 64,
+// each against SDPA cuDNN / flash and FlexAttention) is compare.py's --only sweep:
+//   python3 bench/cuda/compare.py --runner build/cuda-device/skim_bench_cuda --out OUT --only sweep [--quick]
+//   SKIM_CUDA_BENCH_ARGS='--only sweep' scripts/cuda bench
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +81,7 @@ struct options {
   int share = 0;          // step: decode_router::share_heads (one selection per sequence)
   int fuse_append = 1;  // step: append_newest folded into the router's score kernel (0: its own launch)
   int fuse_select = 1;  // step: decode selects its rows (decode_router::routed; 0: the select kernel)
+  int page = 0;         // decode, step: 0 contiguous K/V; P > 0: pages of P tokens in random order
   std::string dtype = "bf16";
   std::string layout = "hnd";  // K/V: hnd (head-major) or nhd (token-major)
   std::string kernel = "auto";  // decode's split kernel: simt (CUDA cores), mma (tensor cores), auto
@@ -114,6 +125,7 @@ options parse(int argc, char** argv) {
     else if (k == "--share") o.share = std::atoi(v);
     else if (k == "--fuse-select") o.fuse_select = std::atoi(v);
     else if (k == "--index-out") o.index_out = v;
+    else if (k == "--page") o.page = std::atoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -142,9 +154,10 @@ void fill_tiled(device_array<T>& a, unsigned seed, Value value) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (T& x : h) x = value(nd(rng));
-  for (std::size_t off = 0; off < a.n; off += h.size()) {
+  BENCH_CHECK(cudaMemcpy(a.p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  for (std::size_t off = h.size(); off < a.n; off += h.size()) {  // the same tiles, copied on the device
     const std::size_t m = std::min(h.size(), a.n - off);
-    BENCH_CHECK(cudaMemcpy(a.p + off, h.data(), m * sizeof(T), cudaMemcpyHostToDevice));
+    BENCH_CHECK(cudaMemcpy(a.p + off, a.p, m * sizeof(T), cudaMemcpyDeviceToDevice));
   }
 }
 template <class T>
@@ -167,6 +180,29 @@ void fill_scales(device_array<float>& a, float unit, unsigned seed) {
   std::uniform_real_distribution<float> u(0.5f, 2.0f);
   for (float& x : h) x = unit * u(rng);
   a.upload(h);
+}
+
+// The shape's fields of a JSON line (after "impl"): the problem and the K/V storage.
+std::string shape_fields(const options& o) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "\"heads_q\": %d, \"heads_kv\": %d, \"dim\": %d, \"bk\": %d, \"page\": %d, \"dtype\": \"%s\"",
+                o.heads_q, o.heads_kv, o.dim, o.bk, o.page, o.dtype.c_str());
+  return buf;
+}
+
+// A shape the executor refuses (or a run it rejects): one JSON line with the reason in "error" instead
+// of a measurement, exit status 3.
+int refuse(const options& o, const char* why) {
+  std::string msg;
+  for (const char* c = why; *c != '\0'; ++c) {
+    if (*c == '"' || *c == '\\') msg += '\\';
+    if (static_cast<unsigned char>(*c) >= 0x20) msg += *c;
+  }
+  std::printf("{\"bench\": \"%s\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, %s, \"kv\": \"%s\", "
+              "\"error\": \"%s\"}\n",
+              o.mode.c_str(), o.batch, o.n, o.blocks, shape_fields(o).c_str(), o.kv.c_str(), msg.c_str());
+  std::fflush(stdout);
+  return 3;
 }
 
 // Median of `reps` timed runs of f(rep) after 3 warm-up runs; milliseconds.
@@ -262,20 +298,44 @@ skim::cuda::device_contiguous_kv<T> kv_of(const options& o, const T* k, const T*
   return {.k = k, .v = v, .token_stride = d, .head_stride = d * tokens};
 }
 
+// Pages per sequence with --page P (ceil(n / P)), and the K (or V) elements the run allocates: the
+// contiguous [batch · n] tokens, or a pool of batch · pages_per_seq pages of P tokens.
+int pages_per_seq(const options& o) { return o.page > 0 ? (o.n + o.page - 1) / o.page : 0; }
+std::size_t kv_elems(const options& o) {
+  const std::size_t tokens = o.page > 0 ? std::size_t(o.batch) * pages_per_seq(o) * o.page : std::size_t(o.batch) * o.n;
+  return tokens * o.heads_kv * o.dim;
+}
+
 // One decode step's tensors on the device: o.batch sequences of one query over o.n keys each,
-// random Q, K, V (o.layout), the output, and the problem over them (bottom-right causal).
+// random Q, K, V (o.layout), the output, and the problem over them (bottom-right causal). With
+// --page P, K/V are also a pool of pages of P tokens over the same buffers (o.layout within a page:
+// hnd [pages, heads_kv, P, dim], nhd [pages, P, heads_kv, dim]); sequence b owns pages_per_seq
+// slots of a page table that is a random permutation of the pool, so its pages are scattered.
 template <class T>
 struct decode_batch {
   device_array<T> q, k, v, out;
-  device_array<std::int32_t> cu_q, cu_kv;
+  device_array<std::int32_t> cu_q, cu_kv, page_indptr, page_indices;
   skim::cuda::device_problem prob;
 
   explicit decode_batch(const options& o)
-      : q(std::size_t(o.batch) * o.heads_q * o.dim), k(std::size_t(o.batch) * o.n * o.heads_kv * o.dim), v(k.n),
-        out(q.n), cu_q(std::size_t(o.batch) + 1), cu_kv(cu_q.n) {
+      : q(std::size_t(o.batch) * o.heads_q * o.dim), k(kv_elems(o)), v(k.n), out(q.n), cu_q(std::size_t(o.batch) + 1),
+        cu_kv(cu_q.n), page_indptr(o.page > 0 ? cu_q.n : 0),
+        page_indices(o.page > 0 ? std::size_t(o.batch) * pages_per_seq(o) : 0) {
     fill_random(q, 1);
     fill_random(k, 2);
     fill_random(v, 3);
+    if (o.page > 0) {
+      std::vector<std::int32_t> indptr(page_indptr.n), perm(page_indices.n);
+      for (int b = 0; b <= o.batch; ++b) indptr[std::size_t(b)] = b * pages_per_seq(o);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::mt19937 rng(99);
+      for (std::size_t i = perm.size(); i > 1; --i) {  // Fisher-Yates, the same order on every standard library
+        std::uniform_int_distribution<std::size_t> pick(0, i - 1);
+        std::swap(perm[i - 1], perm[pick(rng)]);
+      }
+      page_indptr.upload(indptr);
+      page_indices.upload(perm);
+    }
     std::vector<std::int32_t> hq(cu_q.n), hkv(cu_kv.n);
     for (int b = 0; b <= o.batch; ++b) {
       hq[std::size_t(b)] = b;
@@ -295,6 +355,20 @@ struct decode_batch {
   }
   [[nodiscard]] skim::cuda::device_contiguous_kv<T> kv(const options& o) const noexcept {
     return kv_of<T>(o, k.p, v.p, std::int64_t(o.batch) * o.n);
+  }
+  // The same buffers as the page pool of --page P (o.page > 0).
+  [[nodiscard]] skim::cuda::device_paged_kv<T> paged(const options& o) const noexcept {
+    const std::int64_t d = o.dim, ps = o.page, h = o.heads_kv;
+    const bool nhd = o.layout == "nhd";
+    return {.k_pages = k.p, .v_pages = v.p, .num_pages = static_cast<std::int32_t>(page_indices.n), .page_size = o.page,
+            .page_stride = ps * h * d, .token_stride = nhd ? h * d : d, .head_stride = nhd ? d : ps * d,
+            .page_indptr = page_indptr.p, .page_indices = page_indices.p};
+  }
+  // The K/V source decode and the step read: contiguous, or paged (Paged: o.page > 0).
+  template <bool Paged>
+  [[nodiscard]] auto source(const options& o) const noexcept {
+    if constexpr (Paged) return paged(o);
+    else return kv(o);
   }
 };
 
@@ -331,7 +405,8 @@ struct decode_kv {
   }
 };
 
-template <class T, class Code = T>
+// Paged: K/V read through decode_batch::paged (--page P), else contiguous or quantised (--kv).
+template <class T, class Code = T, bool Paged = false>
 int run_decode(const options& o) {
   const int kv_blocks = (o.n + o.bk - 1) / o.bk;
   const bool dense = o.blocks <= 0;
@@ -360,17 +435,29 @@ int run_decode(const options& o) {
   if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
   exec.kernel = decode_kernel_of(o);
   exec.merge_in_cluster = o.cluster_merge != 0;
-  BENCH_STATUS(exec.can_implement(p));
+  if (const skim::status s = exec.can_implement(p); !s.ok()) return refuse(o, s.message());
   const std::size_t ws_bytes = exec.workspace_bytes(p, width);
   device_array<std::byte> ws(ws_bytes);
-  using args_t = skim::cuda::device_attention_args<T, decltype(kv.source(o, d)), skim::cuda::device_block_table, T>;
+  const auto source = [&] {
+    if constexpr (Paged) return d.paged(o);
+    else return kv.source(o, d);
+  };
+  using args_t = skim::cuda::device_attention_args<T, decltype(source()), skim::cuda::device_block_table, T>;
+  const auto args = [&](int rep) {
+    return args_t{.prob = p,
+                  .q = d.q_view(o),
+                  .kv = source(),
+                  .index = {.ids = d_ids.p + std::size_t(rep % sets) * rows * width, .count = d_count.p, .width = width,
+                            .rows = rows},
+                  .o = d.o_view(o)};
+  };
+  // One checked run first: a shape run() rejects is reported as a JSON line, not a crash.
+  if (const skim::status s = exec.run(args(0), std::span<std::byte>(ws.p, ws_bytes), nullptr); !s.ok()) {
+    return refuse(o, s.message());
+  }
+  BENCH_CHECK(cudaDeviceSynchronize());
   const auto run = [&](int rep, cudaStream_t stream) {
-    args_t a{.prob = p,
-             .q = d.q_view(o),
-             .kv = kv.source(o, d),
-             .index = {.ids = d_ids.p + std::size_t(rep % sets) * rows * width, .count = d_count.p, .width = width, .rows = rows},
-             .o = d.o_view(o)};
-    BENCH_STATUS(exec.run(a, std::span<std::byte>(ws.p, ws_bytes), stream));
+    BENCH_STATUS(exec.run(args(rep), std::span<std::byte>(ws.p, ws_bytes), stream));
   };
   const double ms = time_median(o.reps, run);
   const double graph_ms = time_graph(o.reps, run);
@@ -378,9 +465,10 @@ int run_decode(const options& o) {
   const double bytes = 2.0 * double(rows) * width * (double(o.bk) * o.dim * sizeof(Code) + (quantized ? 4.0 : 0.0));
   std::printf("{\"bench\": \"decode\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
               "\"bytes\": %.0f, \"tb_per_s\": %.3f, \"graph_ms\": %.5f, \"graph_tb_per_s\": %.3f, \"kernel\": \"%s\", "
-              "\"layout\": \"%s\", \"chunk_blocks\": %d, \"cluster_merge\": %d, \"kv\": \"%s\"}\n",
+              "\"layout\": \"%s\", \"chunk_blocks\": %d, \"cluster_merge\": %d, \"kv\": \"%s\", %s}\n",
               o.batch, o.n, dense ? 0 : width, ms, bytes, bytes / ms * 1e-9, graph_ms, bytes / graph_ms * 1e-9,
-              o.kernel.c_str(), o.layout.c_str(), exec.chunk(p, width, quantized), o.cluster_merge, o.kv.c_str());
+              o.kernel.c_str(), o.layout.c_str(), exec.chunk(p, width, quantized), o.cluster_merge, o.kv.c_str(),
+              shape_fields(o).c_str());
   return 0;
 }
 
@@ -440,7 +528,7 @@ int run_prefill(const options& o) {
                                .cu_seqlens_q = d_cu.p, .cu_seqlens_kv = d_cu.p, .max_seqlen_q = o.n,
                                .max_seqlen_kv = o.n};
   const skim::cuda::prefill exec{.kernel = prefill_kernel_of(o)};
-  BENCH_STATUS(exec.can_implement(p));
+  if (const skim::status s = exec.can_implement(p); !s.ok()) return refuse(o, s.message());
   const std::size_t ws_bytes = exec.workspace_bytes(p);
   device_array<std::byte> ws(ws_bytes);
   using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
@@ -466,23 +554,25 @@ int run_prefill(const options& o) {
 // append the newest token's key to its block summary, score every block, select sink + local + top-k
 // (16 blocks of bk per kv head by default), and attend over them. K/V of the new token are taken as
 // already written (the engine's cache write); replaying an append of the same token is idempotent.
-template <class T>
+// Paged: K/V (read by the summaries' build, the append and decode) through decode_batch::paged.
+template <class T, bool Paged = false>
 int run_step(const options& o) {
   const int kv_blocks = (o.n + o.bk - 1) / o.bk;
   const decode_batch<T> d(o);
   const skim::cuda::device_problem& p = d.prob;
-  const skim::cuda::device_contiguous_kv<T> kv = d.kv(o);
+  const auto kv = d.template source<Paged>(o);
+  using kv_t = std::remove_const_t<decltype(kv)>;
   // Summaries in K's own type (exact for min/max).
   device_array<T> lo(std::size_t(o.batch) * kv_blocks * o.heads_kv * o.dim), hi(lo.n);
   const skim::cuda::device_max_bound<T> sums{.lo = lo.p, .hi = hi.p, .max_kv_blocks = kv_blocks};
-  BENCH_STATUS(skim::cuda::build(p, kv, sums, nullptr));
+  if (const skim::status s = skim::cuda::build(p, kv, sums, nullptr); !s.ok()) return refuse(o, s.message());
 
   skim::cuda::decode_router router;
   router.selector.sink = 1;
   router.selector.local = 2;
   router.selector.dynamic.k = std::max(0, o.blocks - 3);
   router.share_heads = o.share != 0;  // one selection per sequence, read by every kv head
-  BENCH_STATUS(router.can_implement(p));
+  if (const skim::status s = router.can_implement(p); !s.ok()) return refuse(o, s.message());
   const int width = router.width(p);
   const std::int64_t rows = std::int64_t(o.batch) * (o.share ? 1 : o.heads_kv);
   device_array<std::int32_t> ids{std::size_t(rows) * width}, count{std::size_t(rows)};
@@ -493,10 +583,10 @@ int run_step(const options& o) {
   if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
   exec.kernel = decode_kernel_of(o);
   exec.merge_in_cluster = o.cluster_merge != 0;
-  BENCH_STATUS(exec.can_implement(p));
+  if (const skim::status s = exec.can_implement(p); !s.ok()) return refuse(o, s.message());
   const std::size_t ws_bytes = exec.workspace_bytes(p, width);
   device_array<std::byte> ws(ws_bytes);
-  using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
+  using args_t = skim::cuda::device_attention_args<T, kv_t, skim::cuda::device_block_table, T>;
   const args_t a{.prob = p,
                  .q = d.q_view(o),
                  .kv = kv,
@@ -504,38 +594,43 @@ int run_step(const options& o) {
                  .o = d.o_view(o)};
   const skim::cuda::decode_route_args<T, T> ra{.prob = p, .q = a.q, .summaries = sums, .index = table};
   using shared_t = skim::cuda::device_head_shared<skim::cuda::device_block_table>;
-  const skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, shared_t, T> as{
+  const skim::cuda::device_attention_args<T, kv_t, shared_t, T> as{
       .prob = p, .q = a.q, .kv = kv, .index = shared_t{table, p.index_heads()}, .o = a.o};
   // --fuse-select 1 (not with --share): the router only scores; decode selects each row where it
   // reads it (decode_router::routed) and writes the same table.
   const bool fuse_select = o.fuse_select != 0 && !o.share;
   const std::span<float> scores(reinterpret_cast<float*>(route_ws.p), std::size_t(router.score_floats(p)));
   skim::cuda::device_routed_table routed;
-  if (fuse_select) BENCH_STATUS(router.routed(p, scores, table, routed));
-  const skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_routed_table, T> ar{
+  if (fuse_select) {
+    if (const skim::status s = router.routed(p, scores, table, routed); !s.ok()) return refuse(o, s.message());
+  }
+  const skim::cuda::device_attention_args<T, kv_t, skim::cuda::device_routed_table, T> ar{
       .prob = p, .q = a.q, .kv = kv, .index = routed, .o = a.o};
-  const auto attend = [&](cudaStream_t st) {
-    if (o.share) BENCH_STATUS(exec.run(as, std::span<std::byte>(ws.p, ws_bytes), st));
-    else if (fuse_select) BENCH_STATUS(exec.run(ar, std::span<std::byte>(ws.p, ws_bytes), st));
-    else BENCH_STATUS(exec.run(a, std::span<std::byte>(ws.p, ws_bytes), st));
+  const auto attend_status = [&](cudaStream_t st) {
+    if (o.share) return exec.run(as, std::span<std::byte>(ws.p, ws_bytes), st);
+    if (fuse_select) return exec.run(ar, std::span<std::byte>(ws.p, ws_bytes), st);
+    return exec.run(a, std::span<std::byte>(ws.p, ws_bytes), st);
   };
 
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const std::span<std::byte> route_span(route_ws.p, route_ws.n);
-  const auto append = [&](cudaStream_t st) {  // its own launch, or nothing: the router appends
-    if (!o.fuse_append) BENCH_STATUS(skim::cuda::append_newest(p, kv, sums, st));
+  const auto append_status = [&](cudaStream_t st) {  // its own launch, or nothing: the router appends
+    return o.fuse_append ? skim::status::success() : skim::cuda::append_newest(p, kv, sums, st);
   };
-  const auto route = [&](cudaStream_t st) {
-    if (fuse_select) {
-      if (o.fuse_append) BENCH_STATUS(router.score(ra, kv, scores, st));
-      else BENCH_STATUS(router.score(ra, scores, st));
-    } else if (o.fuse_append) {
-      BENCH_STATUS(router.run(ra, kv, route_span, st));
-    } else {
-      BENCH_STATUS(router.run(ra, route_span, st));
-    }
+  const auto route_status = [&](cudaStream_t st) {
+    if (fuse_select) return o.fuse_append ? router.score(ra, kv, scores, st) : router.score(ra, scores, st);
+    return o.fuse_append ? router.run(ra, kv, route_span, st) : router.run(ra, route_span, st);
   };
+  // One checked step first: a shape a stage rejects is reported as a JSON line, not a crash.
+  skim::status checked = append_status(stream);
+  if (checked.ok()) checked = route_status(stream);
+  if (checked.ok()) checked = attend_status(stream);
+  if (!checked.ok()) return refuse(o, checked.message());
+  BENCH_CHECK(cudaStreamSynchronize(stream));
+  const auto append = [&](cudaStream_t st) { BENCH_STATUS(append_status(st)); };
+  const auto route = [&](cudaStream_t st) { BENCH_STATUS(route_status(st)); };
+  const auto attend = [&](cudaStream_t st) { BENCH_STATUS(attend_status(st)); };
   const auto step = [&](cudaStream_t st) {
     append(st);
     route(st);
@@ -590,16 +685,15 @@ int run_step(const options& o) {
   const double g_step = time_graph(o.reps, [&](int, cudaStream_t st) { step(st); });
   const double g_route = time_graph(o.reps, [&](int, cudaStream_t st) { append(st), route(st); });
   const double g_score = time_graph(o.reps, [&](int, cudaStream_t st) {
-    if (o.fuse_append) BENCH_STATUS(router.score(ra, kv, scores, st));
-    else BENCH_STATUS(router.score(ra, scores, st));
+    BENCH_STATUS(o.fuse_append ? router.score(ra, kv, scores, st) : router.score(ra, scores, st));
   });
   std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
               "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"graph_ms\": %.5f, "
               "\"graph_route_ms\": %.5f, \"graph_score_ms\": %.5f, \"kernel\": \"%s\", "
-              "\"layout\": \"%s\", \"fuse_append\": %d, \"chunk_blocks\": %d, \"cluster_merge\": %d, \"share\": %d, \"fuse_select\": %d}\n",
+              "\"layout\": \"%s\", \"fuse_append\": %d, \"chunk_blocks\": %d, \"cluster_merge\": %d, \"share\": %d, \"fuse_select\": %d, %s}\n",
               o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend),
               g_step, g_route, g_score, o.kernel.c_str(), o.layout.c_str(), o.fuse_append, exec.chunk(p, width),
-              o.cluster_merge, o.share, fuse_select ? 1 : 0);
+              o.cluster_merge, o.share, fuse_select ? 1 : 0, shape_fields(o).c_str());
   for (auto& ev : e) cudaEventDestroy(ev);
   cudaGraphExecDestroy(graph_exec);
   cudaGraphDestroy(graph);
@@ -620,6 +714,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--layout %s: hnd or nhd\n", o.layout.c_str());
     return 2;
   }
+  if (o.page < 0) {
+    std::fprintf(stderr, "--page %d: 0 (contiguous K/V) or a page size\n", o.page);
+    return 2;
+  }
+  if (o.page > 0 && o.mode != "decode" && o.mode != "step") return refuse(o, "--page: decode and step only");
   if (o.mode == "prefill") {
     if (o.kernel != "mma" && o.kernel != "wgmma" && o.kernel != "auto") {
       std::fprintf(stderr, "--kernel %s: mma, wgmma or auto for prefill\n", o.kernel.c_str());
@@ -631,6 +730,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--kernel %s: simt, mma or auto\n", o.kernel.c_str());
     return 2;
   }
+  if (o.page > 0 && o.kv != "same") return refuse(o, "--page with --kv fp8|int8: quantised paged K/V not built in this runner");
+  if (o.mode == "decode" && o.page > 0) return bf16 ? run_decode<skim::bfloat16, skim::bfloat16, true>(o) : run_decode<skim::half, skim::half, true>(o);
+  if (o.mode == "step" && o.page > 0) return bf16 ? run_step<skim::bfloat16, true>(o) : run_step<skim::half, true>(o);
   if (o.mode == "decode") {
     if (o.kv == "fp8") return bf16 ? run_decode<skim::bfloat16, skim::fp8_e4m3>(o) : run_decode<skim::half, skim::fp8_e4m3>(o);
     if (o.kv == "int8") return bf16 ? run_decode<skim::bfloat16, std::int8_t>(o) : run_decode<skim::half, std::int8_t>(o);
