@@ -30,6 +30,7 @@
 #include "skim/index/sliding_window.hpp"
 #include "support/compare.hpp"
 #include "support/executor_cases.hpp"
+#include "support/quantized_case.hpp"
 #include "support/random_case.hpp"
 
 namespace {
@@ -140,17 +141,29 @@ struct device_result {
   std::uint32_t error_bits = 0;
 };
 
+// A batch without queries or keys has empty (null) buffers, which check_args refuses with
+// batch > 0: such tensors get a valid pointer (16-byte aligned, 16 bytes) that is never read.
+template <class T>
+const tc::buffer<T>& no_tokens() {
+  static const tc::buffer<T> dummy(16);
+  return dummy;
+}
+template <class P>
+const P* or_dummy(const P* p, const P* dummy) {
+  return p != nullptr ? p : dummy;
+}
+
 template <class T>
 bool all_ones(const std::vector<T>& v, std::size_t from) {
   const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
   return std::all_of(bytes + from * sizeof(T), bytes + v.size() * sizeof(T), [](unsigned char c) { return c == 0xff; });
 }
 
-// Runs prefill on the device with the case's K/V storage (spec.paged) and the given device index
-// (any of index/cuda/device_index.cuh).
-template <class TO, class T, class Index>
-device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, T>& dc, const Index& index,
-                                 prefill_kernel kernel) {
+// Runs prefill on the device with K/V source `kv` (a device form of the case's K/V, or of codes of
+// the same shape) and the given device index (any of index/cuda/device_index.cuh).
+template <class TO, class T, class KV, class Index>
+device_result<TO> run_prefill_with(const random_case<T, T>& c, tc::device_case<T, T>& dc, const KV& kv,
+                                   const Index& index, prefill_kernel kernel) {
   const case_spec& s = c.spec;
   const std::size_t o_elems = static_cast<std::size_t>(c.tokens_q()) * s.heads_q * s.head_dim;
   const std::size_t lse_elems = static_cast<std::size_t>(c.tokens_q()) * s.heads_q;
@@ -159,34 +172,17 @@ device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, 
   tc::buffer<float> lse(lse_elems + s.heads_q);
   const strided_view<const T> qv = c.q_view();
   const output<TO> layout(s, c.tokens_q(), false);  // strides of O in the spec's layout
-  // A batch without queries or keys has empty (null) buffers, which check_args refuses with
-  // batch > 0: such tensors get a valid pointer that is never read.
-  const tc::buffer<T> no_tokens(8);
-  const tc::buffer<std::int32_t> no_pages(1);
-  const auto or_dummy = [](auto* p, auto* dummy) { return p != nullptr ? p : dummy; };
-  const skim::cuda::device_view<const T> q{or_dummy(dc.q.data(), no_tokens.data()), qv.token_stride, qv.head_stride};
+  const skim::cuda::device_view<const T> q{or_dummy(dc.q.data(), no_tokens<T>().data()), qv.token_stride,
+                                            qv.head_stride};
   const skim::cuda::device_view<TO> ov{o.data(), layout.view.token_stride, layout.view.head_stride};
-
-  const auto go = [&](auto kv) {
-    const skim::cuda::device_attention_args<T, decltype(kv), Index, TO> a{
-        .prob = dc.prob(s), .q = q, .kv = kv, .index = index, .o = ov, .lse = lse.data()};
-    const skim::cuda::prefill e{.kernel = kernel};
-    REQUIRE(e.workspace_bytes(a.prob) == 0);
-    const status st = e.run(a, {}, nullptr);
-    INFO("prefill (" << name_of(kernel) << "): " << std::string(st.message()));
-    REQUIRE(st.ok());
-    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
-  };
-  if (s.paged) {
-    auto kv = dc.paged(c);
-    kv.page_indices = or_dummy(kv.page_indices, no_pages.data());
-    go(kv);
-  } else {
-    auto kv = dc.contiguous(s);
-    kv.k = or_dummy(kv.k, no_tokens.data());
-    kv.v = or_dummy(kv.v, no_tokens.data());
-    go(kv);
-  }
+  const skim::cuda::device_attention_args<T, KV, Index, TO> a{
+      .prob = dc.prob(s), .q = q, .kv = kv, .index = index, .o = ov, .lse = lse.data()};
+  const skim::cuda::prefill e{.kernel = kernel};
+  REQUIRE(e.workspace_bytes(a.prob) == 0);
+  const status st = e.run(a, {}, nullptr);
+  INFO("prefill (" << name_of(kernel) << "): " << std::string(st.message()));
+  REQUIRE(st.ok());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
 
   device_result<TO> r;
   r.o = o.download();
@@ -196,6 +192,21 @@ device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, 
   r.lse.resize(lse_elems);
   r.error_bits = dc.error_bits();
   return r;
+}
+
+// Runs prefill on the device with the case's K/V storage (spec.paged).
+template <class TO, class T, class Index>
+device_result<TO> run_prefill_on(const random_case<T, T>& c, tc::device_case<T, T>& dc, const Index& index,
+                                 prefill_kernel kernel) {
+  if (c.spec.paged) {
+    auto kv = dc.paged(c);
+    kv.page_indices = or_dummy(kv.page_indices, no_tokens<std::int32_t>().data());
+    return run_prefill_with<TO>(c, dc, kv, index, kernel);
+  }
+  auto kv = dc.contiguous(c.spec);
+  kv.k = or_dummy(kv.k, no_tokens<T>().data());
+  kv.v = or_dummy(kv.v, no_tokens<T>().data());
+  return run_prefill_with<TO>(c, dc, kv, index, kernel);
 }
 
 // The same with a stored selection in the given form.
@@ -323,6 +334,91 @@ void check_implicit_case(const case_spec& spec, std::mt19937& rng, implicit_kind
       CHECK(got.error_bits == 0u);
     }
   });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantised K/V: 8-bit codes with scales per (sequence, block, kv head) or per kv head
+// (support/quantized_case.hpp), against the reference over the dequantised values.
+
+// The case's codes on the device in its layout (spec.paged, kv_head_major), with their scales.
+template <class Code>
+struct device_codes {
+  tc::buffer<Code> k, v, k_pages, v_pages;
+  tc::buffer<float> k_scales, v_scales;
+  const quantized_host<Code>& host;
+
+  template <class T>
+  device_codes(const random_case<T, T>& c, const quantized_host<Code>& qh)
+      : k(stored(c, qh.k, false)), v(stored(c, qh.v, false)), k_pages(stored(c, qh.k_pages, true)),
+        v_pages(stored(c, qh.v_pages, true)), k_scales(qh.k_scales), v_scales(qh.v_scales), host(qh) {}
+
+  template <class T>
+  static std::vector<Code> stored(const random_case<T, T>& c, const std::vector<Code>& x, bool pages) {
+    if (!c.spec.kv_head_major) return x;
+    const std::int64_t d = c.spec.head_dim, h = c.spec.heads_kv;
+    const std::int64_t tokens = pages ? c.spec.page_size : static_cast<std::int64_t>(x.size()) / (d * h);
+    return heads_outside(x, pages ? c.num_pages : 1, tokens, h, d);
+  }
+  template <class Source>
+  [[nodiscard]] skim::cuda::device_quantized_kv<Source> with_scales(const Source& codes) const {
+    return {codes, k_scales.data(), v_scales.data(), host.seq_stride, host.block_stride, host.head_stride};
+  }
+  // The source in the layouts of dc's 16-bit one (the same strides, in codes).
+  template <class T>
+  [[nodiscard]] auto paged(const random_case<T, T>& c, const tc::device_case<T, T>& dc) const {
+    const auto ps = dc.paged(c);
+    return with_scales(skim::cuda::device_paged_kv<Code>{
+        .k_pages = or_dummy(k_pages.data(), no_tokens<Code>().data()),
+        .v_pages = or_dummy(v_pages.data(), no_tokens<Code>().data()), .num_pages = ps.num_pages,
+        .page_size = ps.page_size, .page_stride = ps.page_stride, .token_stride = ps.token_stride,
+        .head_stride = ps.head_stride, .page_indptr = ps.page_indptr,
+        .page_indices = or_dummy(ps.page_indices, no_tokens<std::int32_t>().data())});
+  }
+  template <class T>
+  [[nodiscard]] auto contiguous(const case_spec& s, const tc::device_case<T, T>& dc) const {
+    const auto cs = dc.contiguous(s);
+    return with_scales(skim::cuda::device_contiguous_kv<Code>{
+        .k = or_dummy(k.data(), no_tokens<Code>().data()), .v = or_dummy(v.data(), no_tokens<Code>().data()),
+        .token_stride = cs.token_stride, .head_stride = cs.head_stride});
+  }
+};
+
+// One random case with Q of type T and quantised K/V (Code): the reference over the dequantised
+// fp32 K/V, then mma_sync and the automatic choice (which must take mma_sync), error word 0.
+template <class T, class Code>
+void check_quantized_case(const case_spec& spec, std::mt19937& rng, double density, index_form form) {
+  const random_case<T, T> c(spec, rng);
+  const problem p = c.prob();
+  const csr_storage csr = random_selection(p, rng, density);
+  tc::device_case<T, T> dc(c);
+  const bool per_block = chance(rng, 0.6);
+  const std::int32_t max_blocks = dc.prob(spec).max_kv_blocks() + uniform(rng, 0, 2);
+  const quantized_host<Code> qh(c, rng, per_block, max_blocks);
+  INFO(spec.describe() << ", density " << density << (form == index_form::csr ? ", csr" : ", table")
+                       << (per_block ? ", scales per block" : ", scales per head"));
+
+  output<float> ref(spec, c.tokens_q());
+  const std::int32_t tokens_kv = c.cu_kv.back();
+  const contiguous_kv<float> rkv{
+      .k = strided_view<const float>::token_major(qh.kf.data(), tokens_kv, spec.heads_kv, spec.head_dim),
+      .v = strided_view<const float>::token_major(qh.vf.data(), tokens_kv, spec.heads_kv, spec.head_dim),
+      .cu_seqlens_kv = {}};
+  const attention_args<T, contiguous_kv<float>, index::block_csr, float> ra{
+      .prob = p, .q = c.q_view(), .kv = rkv, .index = csr.view(), .o = ref.view, .lse = ref.lse};
+  REQUIRE(run_executor(exec::reference{}, ra).ok());
+
+  const device_codes<Code> codes(c, qh);
+  const device_index idx(csr, uniform(rng, 0, 2));
+  for (const prefill_kernel k : {prefill_kernel::mma_sync, prefill_kernel::automatic}) {
+    INFO("kernel " << (k == prefill_kernel::automatic ? "automatic" : "mma_sync"));
+    const auto run = [&](const auto& kv) {
+      return form == index_form::csr ? run_prefill_with<float>(c, dc, kv, idx.csr(), k)
+                                     : run_prefill_with<float>(c, dc, kv, idx.table(), k);
+    };
+    const device_result<float> got = spec.paged ? run(codes.paged(c, dc)) : run(codes.contiguous(spec, dc));
+    check_against(c, got, ref);
+    CHECK(got.error_bits == 0u);
+  }
 }
 
 }  // namespace
@@ -716,11 +812,88 @@ TEST_CASE("prefill small kernel choice: wgmma is refused where it does not apply
     CHECK(dc.error_bits() == 0u);
     if (paged || !tc::is_sm90()) {
       CHECK(ws.code() == status_code::unsupported);
-      CHECK(std::string(ws.message()).find("prefill (wgmma): needs contiguous K/V") == 0);
+      CHECK(std::string(ws.message()).find("prefill (wgmma): needs contiguous 16-bit K/V") == 0);
       CHECK(ao == mo);  // automatic took mma_sync
     } else {
       REQUIRE(ws.ok());
       CHECK(ao == wo);  // automatic took wgmma
     }
   }
+}
+
+// Quantised K/V (int8, fp8 e4m3) under bf16 and fp16 Q: random shapes (every tile shape, GQA,
+// varlen, prefix caching, both masks and scopes), contiguous and paged, token- and head-major, scales
+// per block or per head, table and CSR.
+TEST_CASE_TEMPLATE("prefill quantized K/V matches the reference on random shapes", Code, std::int8_t, skim::fp8_e4m3) {
+  for (std::uint32_t i = 0; i < 10; ++i) {
+    const std::uint32_t seed = 0x8a00u + 17u * i + (std::is_same_v<Code, std::int8_t> ? 0u : 5000u);
+    std::mt19937 rng(seed);
+    const case_spec spec = prefill_spec(rng, 3e7);
+    const double density = pick(rng, {0.15, 0.4, 1.0});
+    const index_form form = chance(rng, 0.5) ? index_form::csr : index_form::table;
+    INFO("seed " << seed);
+    if (i % 2 == 0) {
+      check_quantized_case<bf16, Code>(spec, rng, density, form);
+    } else {
+      check_quantized_case<f16, Code>(spec, rng, density, form);
+    }
+  }
+}
+
+// A small fixed quantised case for compute-sanitizer: both codes and Q types, both sources, every
+// tile shape once, partial blocks, an empty sequence, a query block with no visible key.
+TEST_CASE("prefill small quantized: both codes, sources and tile shapes") {
+  std::mt19937 rng(0x8a8au);
+  const std::vector<sequence_lengths> seqs{{70, 130}, {0, 5}, {64, 64}, {9, 3}};
+  check_quantized_case<bf16, skim::fp8_e4m3>(small_spec(64, 64, 64, 2, 1, seqs), rng, 1.0, index_form::csr);
+  check_quantized_case<f16, std::int8_t>(small_spec(128, 128, 64, 4, 1, seqs, mask_kind::causal, true), rng, 0.6,
+                                         index_form::table);
+  check_quantized_case<bf16, std::int8_t>(small_spec(64, 128, 128, 2, 2, seqs, mask_kind::none), rng, 1.0,
+                                          index_form::table);
+  check_quantized_case<f16, skim::fp8_e4m3>(small_spec(128, 64, 128, 8, 1, {{33, 300}}, mask_kind::causal, true),
+                                            rng, 0.5, index_form::csr);
+}
+
+// A long causal sequence over quantised K/V: tens of tiles per CTA through the double-buffered codes.
+TEST_CASE("prefill quantized over many tiles") {
+  std::mt19937 rng(0x8a10u);
+  case_spec s = small_spec(128, 128, 64, 2, 1, {{1500, 1700}, {300, 300}});
+  check_quantized_case<bf16, skim::fp8_e4m3>(s, rng, 1.0, index_form::csr);
+  s.paged = true;
+  s.page_size = 32;
+  check_quantized_case<f16, std::int8_t>(s, rng, 0.3, index_form::table);
+}
+
+TEST_CASE("prefill quantized host errors: scales, alignment, wgmma") {
+  std::mt19937 rng(0x8a0eu);
+  const case_spec spec = small_spec(64, 128, 64, 2, 1, {{40, 100}});
+  const random_case<bf16, bf16> c(spec, rng);
+  tc::device_case<bf16, bf16> dc(c);
+  const quantized_host<skim::fp8_e4m3> qh(c, rng, false, 0);
+  const device_codes<skim::fp8_e4m3> codes(c, qh);
+  const device_index idx(random_selection(c.prob(), rng, 1.0), 0);
+  tc::buffer<float> o(static_cast<std::size_t>(c.tokens_q()) * spec.heads_q * spec.head_dim);
+  using source = skim::cuda::device_quantized_kv<skim::cuda::device_contiguous_kv<skim::fp8_e4m3>>;
+  const auto run = [&](const source& kv, prefill_kernel k) {
+    const skim::cuda::device_attention_args<bf16, source, skim::cuda::device_block_csr, float> a{
+        .prob = dc.prob(spec), .q = {dc.q.data(), 64 * 2, 64}, .kv = kv, .index = idx.csr(), .o = {o.data(), 64 * 2, 64}};
+    return skim::cuda::prefill{.kernel = k}.run(a, {}, nullptr);
+  };
+  const source good = codes.contiguous(spec, dc);
+  auto null_scales = good;
+  null_scales.k_scales = nullptr;
+  status st = run(null_scales, prefill_kernel::automatic);
+  CHECK(st.code() == status_code::invalid_argument);
+  CHECK(std::string(st.message()).find("scales") != std::string::npos);
+  auto misaligned = good;
+  misaligned.codes.token_stride = 64 + 8;  // 16-bit rows would be aligned; 8 codes are not 16 bytes
+  st = run(misaligned, prefill_kernel::mma_sync);
+  CHECK(st.code() == status_code::unsupported);
+  CHECK(std::string(st.message()).find("multiples of 16") != std::string::npos);
+  st = run(good, prefill_kernel::wgmma);
+  CHECK(st.code() == status_code::unsupported);
+  CHECK(std::string(st.message()).find("contiguous 16-bit K/V") != std::string::npos);
+  REQUIRE(run(good, prefill_kernel::automatic).ok());
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK(dc.error_bits() == 0u);
 }

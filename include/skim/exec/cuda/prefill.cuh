@@ -21,14 +21,17 @@
 //
 // Supported: head_dim 64 or 128, block_q and block_kv 64 or 128 (a compile-time tile each: 8
 // kernels per element type, K/V source and index kind), Q and K/V both bf16 or both fp16, O of the
-// same type or float, K/V contiguous (the fast path) or paged (any page size), scope kv_head or
+// same type or float, K/V contiguous (the fast path) or paged (any page size), or quantised
+// (core/cuda/quantized.cuh: int8 or fp8 e4m3 codes, contiguous or paged, with a K and a V scale per
+// key block, on the mma.sync kernel: the codes are widened exactly to Q's type in shared memory, S is
+// scaled by the block's K scale and P by its V scale before P·V), scope kv_head or
 // query_head, and any device index (index/cuda/device_index.cuh): device_block_table and device_block_csr share one
 // kernel (the form is a uniform run-time branch); device_causal_all, device_sink,
 // device_sliding_window and unions (make_device_union(table, device_sink{1},
 // device_sliding_window{4}): a routed table with its reserved blocks, merged on the fly, never
 // materialised) each compile a kernel of their own. Alignment contracts, checked by run():
 //   - Q and K/V rows start on 16 bytes: base pointers 16-byte aligned, every stride a multiple of
-//     8 elements (they are read with 16-byte cp.async);
+//     8 elements (16 codes when quantised; they are read with 16-byte cp.async);
 //   - O rows: base pointer aligned to 2 · sizeof(TO), strides even (pairs of elements are stored).
 //
 // Device-side content (cu_seqlens, page tables, indices) is never trusted (core/cuda/common.cuh): an id
@@ -50,6 +53,7 @@
 
 #include "skim/core/status.hpp"
 #include "skim/core/cuda/common.cuh"
+#include "skim/core/cuda/quantized.cuh"
 #include "skim/exec/cuda/prefill_common.cuh"
 #include "skim/exec/cuda/prefill_sm80.cuh"
 #include "skim/exec/cuda/prefill_sm90.cuh"
@@ -97,7 +101,9 @@ struct prefill {
                            std::span<std::byte> /*workspace*/, cudaStream_t stream) const noexcept {
     static_assert(std::is_same_v<TQ, skim::bfloat16> || std::is_same_v<TQ, skim::half>,
                   "prefill: Q must be skim::bfloat16 or skim::half");
-    static_assert(std::is_same_v<typename KV::value_type, TQ>, "prefill: K/V must have Q's element type");
+    static_assert(std::is_same_v<typename KV::value_type, TQ> ||
+                      (skim::cuda::is_device_quantized_kv_v<KV> && skim::cuda::is_device_code_v<typename KV::value_type>),
+                  "prefill: K/V must have Q's element type, or be a device_quantized_kv of int8 / fp8_e4m3 codes");
     static_assert(std::is_same_v<TO, TQ> || std::is_same_v<TO, float>, "prefill: O must be Q's type or float");
     static_assert(skim::cuda::is_device_index_v<Index>,
                   "prefill: index must be a device index (index/cuda/device_index.cuh): device_block_table, device_block_csr, "
@@ -118,7 +124,7 @@ struct prefill {
     if (kernel != prefill_kernel::mma_sync) SKIM_TRY((detail::prefill_sm90::available<TQ, KV, Index>(p, wgmma)));
     if (kernel == prefill_kernel::wgmma && !wgmma) {
       return status::error(status_code::unsupported,
-                           "prefill (wgmma): needs contiguous K/V, block_q 128, an sm_90 device and a binary built "
+                           "prefill (wgmma): needs contiguous 16-bit K/V, block_q 128, an sm_90 device and a binary built "
                            "for sm_90a");
     }
     if constexpr (std::is_same_v<KV, skim::cuda::device_contiguous_kv<TQ>>) {

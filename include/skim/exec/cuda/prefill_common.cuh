@@ -12,6 +12,7 @@
 
 #include "skim/core/status.hpp"
 #include "skim/core/cuda/common.cuh"
+#include "skim/core/cuda/quantized.cuh"
 
 namespace skim::cuda::detail::prefill_common {
 
@@ -140,34 +141,42 @@ template <class Index>
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
-// 16-byte rows of a 16-bit source: pointers on 16 bytes, strides in whole 8-element chunks.
-// A stride that is never multiplied by a nonzero index (one head) is not checked.
+// 16-byte rows: pointers on 16 bytes, strides in whole 16-byte chunks (8 elements of a 16-bit
+// source, 16 codes of a quantised one). A stride never multiplied by a nonzero index (one head) is
+// not checked.
 template <class T>
 [[nodiscard]] status check_alignment(const skim::cuda::device_contiguous_kv<T>& kv,
                                      const skim::cuda::device_problem& p) noexcept {
-  if (!aligned(kv.k, 16) || !aligned(kv.v, 16) || kv.token_stride % chunk_elems != 0 ||
-      (p.heads_kv > 1 && kv.head_stride % chunk_elems != 0)) {
+  constexpr std::int64_t elems = 16 / sizeof(T);
+  if (!aligned(kv.k, 16) || !aligned(kv.v, 16) || kv.token_stride % elems != 0 ||
+      (p.heads_kv > 1 && kv.head_stride % elems != 0)) {
     return status::error(status_code::unsupported,
                          "prefill: K %p, V %p not 16-byte aligned, or K/V strides (token %lld, head %lld) not "
-                         "multiples of 8", static_cast<const void*>(kv.k),
+                         "multiples of %lld", static_cast<const void*>(kv.k),
                          static_cast<const void*>(kv.v), static_cast<long long>(kv.token_stride),
-                         static_cast<long long>(kv.head_stride));
+                         static_cast<long long>(kv.head_stride), static_cast<long long>(elems));
   }
   return status::success();
 }
 template <class T>
 [[nodiscard]] status check_alignment(const skim::cuda::device_paged_kv<T>& kv,
                                      const skim::cuda::device_problem& p) noexcept {
-  if (!aligned(kv.k_pages, 16) || !aligned(kv.v_pages, 16) || kv.page_stride % chunk_elems != 0 ||
-      kv.token_stride % chunk_elems != 0 || (p.heads_kv > 1 && kv.head_stride % chunk_elems != 0)) {
+  constexpr std::int64_t elems = 16 / sizeof(T);
+  if (!aligned(kv.k_pages, 16) || !aligned(kv.v_pages, 16) || kv.page_stride % elems != 0 ||
+      kv.token_stride % elems != 0 || (p.heads_kv > 1 && kv.head_stride % elems != 0)) {
     return status::error(status_code::unsupported,
                          "prefill: K/V pages %p, %p not 16-byte aligned, or strides (page %lld, token %lld, head "
-                         "%lld) not multiples of 8",
+                         "%lld) not multiples of %lld",
                          static_cast<const void*>(kv.k_pages), static_cast<const void*>(kv.v_pages),
                          static_cast<long long>(kv.page_stride), static_cast<long long>(kv.token_stride),
-                         static_cast<long long>(kv.head_stride));
+                         static_cast<long long>(kv.head_stride), static_cast<long long>(elems));
   }
   return status::success();
+}
+template <class Source>
+[[nodiscard]] status check_alignment(const skim::cuda::device_quantized_kv<Source>& kv,
+                                     const skim::cuda::device_problem& p) noexcept {
+  return check_alignment(kv.codes, p);  // the codes move in 16-byte copies of 16
 }
 
 

@@ -22,6 +22,14 @@
 //   C 16x8 fp32, 4 x f32:       c0, c1 (g, c..c+1), c2, c3 (g+8, c..c+1)
 // ldmatrix.x4 gives register i the 8x8 matrix whose row addresses come from lanes 8i..8i+7, lane
 // holding (row lane / 4, cols 2 * (lane % 4) + {0, 1}); .trans gives the transpose.
+//
+// Quantised K/V (core/cuda/quantized.cuh: int8 or fp8 e4m3 codes, a K and a V scale per key block):
+// the double buffering moves to the codes, [BK][D] bytes each for K and V, unswizzled, in the room
+// the second 16-bit K/V buffers would take (the shared memory is the same). Once a tile's codes
+// land, every thread widens its chunks exactly to Q's 16-bit type into the one swizzled K and V
+// tile, and the tile is computed as a 16-bit one, with S scaled by the block's K scale and P by its
+// V scale before P·V (P · scale_v rounded to 16 bits; l sums the unscaled P). The codes of the next
+// id are in flight meanwhile; a tile costs two barriers, as the 16-bit path's does.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -34,6 +42,7 @@
 
 #include "skim/core/status.hpp"
 #include "skim/core/cuda/common.cuh"
+#include "skim/core/cuda/quantized.cuh"
 #include "skim/exec/cuda/prefill_common.cuh"
 #include "skim/exec/cuda/ptx.cuh"
 
@@ -123,6 +132,16 @@ template <class T>
   return true;
 }
 
+// The rows a kernel loads: a quantised source's codes, or the source itself.
+template <class KV>
+[[nodiscard]] __device__ __forceinline__ const auto& stored_rows(const KV& kv) noexcept {
+  if constexpr (skim::cuda::is_device_quantized_kv_v<KV>) {
+    return kv.codes;
+  } else {
+    return kv;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The kernel. Grid: one CTA per (query block, sequence, query head), head fastest (the heads of
 // a GQA group read the same K/V tiles close together in time, from L2), query blocks from the
@@ -131,6 +150,9 @@ template <class T>
 template <class T, class KV, int D, int BQ, int BK, class Index = index_ref>
 __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, KV, Index> prm) {
   static_assert(D % 16 == 0 && BQ % 16 == 0 && BK % slice_keys == 0);
+  constexpr bool quantized = skim::cuda::is_device_quantized_kv_v<KV>;
+  using Stored = typename KV::value_type;  // T, or the codes of a quantised source
+  static_assert(std::is_same_v<Stored, T> || quantized);
   constexpr int warps = BQ / 16;
   constexpr int threads = warps * 32;
   constexpr int chunks = D / chunk_elems;  // 16-byte chunks per row
@@ -143,8 +165,12 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   unsigned char* const smem =
       skim_prefill_smem + (tile_alignment - smem_u32(skim_prefill_smem) % tile_alignment) % tile_alignment;
   T* const sq = reinterpret_cast<T*>(smem);  // [BQ][D]
-  T* const sk = sq + BQ * D;                 // [2][BK][D]
-  T* const sv = sk + 2 * BK * D;             // [2][BK][D]
+  T* const sk = sq + BQ * D;                 // [2][BK][D]; quantised: [BK][D] (the widened tile)
+  T* const sv = sk + 2 * BK * D;             // [2][BK][D]; quantised: at sk + BK * D
+  // Quantised: the codes, [2][BK][D] bytes of K then of V, in the room of the second 16-bit buffers.
+  unsigned char* const ck = reinterpret_cast<unsigned char*>(sk + BK * D);
+  unsigned char* const cv = ck + 2 * BK * D;
+  T* const wv = quantized ? sk + BK * D : sv;  // the V tile compute_tile reads (buffer 0)
 
   const skim::cuda::device_problem& p = prm.prob;
   const auto [h, b, i] = cta_coords(p);
@@ -179,25 +205,62 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
     cp_async_commit();
   }
 
-  // K and V tile of block `id` into buffer `buf`. Keys at or past kv_len are zero-filled, not
-  // read: they may belong to the next sequence, or lie past the allocation.
+  // Codes move as 16-byte chunks of 16: thread tid moves chunk tid % code_chunks of rows
+  // tid / code_chunks + k · code_row_step.
+  constexpr int code_chunks = D / 16;
+  static_assert(threads % code_chunks == 0 && (BK * code_chunks) % threads == 0);
+  constexpr int code_row_step = threads / code_chunks;
+  const int my_code_chunk = tid % code_chunks;
+  const int my_code_row = tid / code_chunks;
+
+  // K and V tile of block `id` into buffer `buf` (16-bit tiles, or the codes of a quantised
+  // source). Keys at or past kv_len are zero-filled, not read: they may belong to the next
+  // sequence, or lie past the allocation.
   const auto load_tile = [&](std::int32_t id, int buf) {
-    T* const kb = sk + buf * BK * D;
-    T* const vb = sv + buf * BK * D;
+    constexpr int elems = quantized ? 16 : chunk_elems;  // stored elements per 16-byte copy
+    constexpr int step = quantized ? code_row_step : row_step;
+    const int chunk = quantized ? my_code_chunk : my_chunk;
+    const int first_row = quantized ? my_code_row : my_row;
 #pragma unroll
-    for (int k = 0; k < BK / row_step; ++k) {
-      const int r = my_row + k * row_step;
+    for (int k = 0; k < BK / step; ++k) {
+      const int r = first_row + k * step;
       const std::int32_t key = id * BK + r;
-      const std::uint32_t dk = smem_u32(kb + swizzle<D>(r, my_chunk));
-      const std::uint32_t dv = smem_u32(vb + swizzle<D>(r, my_chunk));
-      const T* kr = nullptr;
-      const T* vr = nullptr;
-      if (key < row.kv_len && kv_rows(prm.kv, row, b, key, kv_head, kr, vr, bits)) {
-        cp_async_16(dk, kr + my_chunk * chunk_elems);
-        cp_async_16(dv, vr + my_chunk * chunk_elems);
+      std::uint32_t dk, dv;
+      if constexpr (quantized) {
+        dk = smem_u32(ck + (buf * BK + r) * D + chunk * 16);
+        dv = smem_u32(cv + (buf * BK + r) * D + chunk * 16);
+      } else {
+        dk = smem_u32(sk + buf * BK * D + swizzle<D>(r, chunk));
+        dv = smem_u32(sv + buf * BK * D + swizzle<D>(r, chunk));
+      }
+      const Stored* kr = nullptr;
+      const Stored* vr = nullptr;
+      if (key < row.kv_len && kv_rows(stored_rows(prm.kv), row, b, key, kv_head, kr, vr, bits)) {
+        cp_async_16(dk, kr + chunk * elems);
+        cp_async_16(dv, vr + chunk * elems);
       } else {
         zero_16(dk);
         zero_16(dv);
+      }
+    }
+  };
+
+  // Quantised: the codes in buffer `buf`, widened exactly into the 16-bit K and V tiles (each
+  // thread the chunks it copied). @pre they landed and are visible to the CTA (barrier); the
+  // caller synchronises again before reading the tiles.
+  const auto widen_tile = [&](int buf) {
+    if constexpr (quantized) {
+#pragma unroll
+      for (int k = 0; k < BK / code_row_step; ++k) {
+        const int r = my_code_row + k * code_row_step;
+        const int off = (buf * BK + r) * D + my_code_chunk * 16;
+        uint4 lo, hi;
+        skim::cuda::widen16_codes<T, Stored>(*reinterpret_cast<const uint4*>(ck + off), lo, hi);
+        *reinterpret_cast<uint4*>(sk + swizzle<D>(r, 2 * my_code_chunk)) = lo;
+        *reinterpret_cast<uint4*>(sk + swizzle<D>(r, 2 * my_code_chunk + 1)) = hi;
+        skim::cuda::widen16_codes<T, Stored>(*reinterpret_cast<const uint4*>(cv + off), lo, hi);
+        *reinterpret_cast<uint4*>(wv + swizzle<D>(r, 2 * my_code_chunk)) = lo;
+        *reinterpret_cast<uint4*>(wv + swizzle<D>(r, 2 * my_code_chunk + 1)) = hi;
       }
     }
   };
@@ -230,8 +293,10 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   const float scale_log2 = prm.scale_log2;
 
   // One K/V tile: S slices of 64 keys, softmax update, P·V. Masked is compile-time so full tiles
-  // carry no mask arithmetic.
-  const auto compute_tile = [&](std::uint32_t k_lane, std::uint32_t v_lane, std::int32_t tile_id, auto masked_tag) {
+  // carry no mask arithmetic. S is multiplied by s_mul (the softmax scale in base-2 units, times
+  // the block's K scale when quantised), P by p_mul before P·V when quantised (the V scale).
+  const auto compute_tile = [&](std::uint32_t k_lane, std::uint32_t v_lane, std::int32_t tile_id, float s_mul,
+                                float p_mul, auto masked_tag) {
     constexpr bool masked = decltype(masked_tag)::value;
     // Not unrolled: a second slice in flight would hold another 32 S registers (spills at D 128).
 #pragma unroll 1
@@ -254,7 +319,7 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
 #pragma unroll
       for (int j = 0; j < sn; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
+        for (int e = 0; e < 4; ++e) s[j][e] *= s_mul;
       }
       if constexpr (masked) {
         const std::int32_t key0 = tile_id * BK + slice * slice_keys + quad_col;
@@ -298,11 +363,12 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
       }
 
       // P·V: the S fragments of n tiles 2kk, 2kk + 1 are the A fragment of k-step kk.
+      const auto pw = [&](int jn, int e) { return quantized ? s[jn][e] * p_mul : s[jn][e]; };
 #pragma unroll
       for (int kk = 0; kk < slice_keys / 16; ++kk) {
-        const std::uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                                     pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                     pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const std::uint32_t pa[4] = {pack2<T>(pw(2 * kk, 0), pw(2 * kk, 1)), pack2<T>(pw(2 * kk, 2), pw(2 * kk, 3)),
+                                     pack2<T>(pw(2 * kk + 1, 0), pw(2 * kk + 1, 1)),
+                                     pack2<T>(pw(2 * kk + 1, 2), pw(2 * kk + 1, 3))};
         static_for<D / 16>([&](auto dp) {
           // Keys slice·64 + 16kk + [0, 16), dims 16dp + [0, 16), transposed: b0/b1 of O n tiles 2dp, 2dp + 1.
           std::uint32_t vf[4];
@@ -318,7 +384,7 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   // (lane / 8) % 2) and V (transposed, keys (lane % 8) + 8 ((lane / 8) % 2), chunk parity lane / 16)
   // fragments in buffer 0.
   const std::uint32_t k_lane0 = lane_address<D>(smem_u32(sk), (lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
-  const std::uint32_t v_lane0 = lane_address<D>(smem_u32(sv), (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+  const std::uint32_t v_lane0 = lane_address<D>(smem_u32(wv), (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
 
   // Main loop: tile t computes from buffer t & 1 while tile t + 1 loads into the other one.
   // One commit group per iteration (empty at the end) keeps wait_group<1> meaning "tile t landed".
@@ -326,15 +392,30 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
     const std::int32_t next = cursor.next(bits);
     if (next >= 0) load_tile(next, (t + 1) & 1);
     cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();  // tile t visible to every warp
-    const std::uint32_t buf_off = static_cast<std::uint32_t>((t & 1) * BK * D * 2);
-    if (id < row.full_blocks) {
-      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, std::false_type{});
-    } else {
-      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, std::true_type{});
+    float s_mul = scale_log2, p_mul = 1.0f;
+    if constexpr (quantized) {  // read while the tile lands; id is one of the row's visible blocks
+      const std::int64_t si = prm.kv.scale_index(b, id, kv_head);
+      s_mul *= prm.kv.k_scales[si];
+      p_mul = prm.kv.v_scales[si];
     }
-    __syncthreads();  // every warp done with buffer t & 1 before iteration t + 1 refills it
+    cp_async_wait<1>();
+    __syncthreads();  // tile t visible to every warp (quantised: and every warp done with tile t - 1)
+    std::uint32_t buf_off = 0;
+    if constexpr (quantized) {
+      widen_tile(t & 1);
+      __syncthreads();  // the widened tile visible to every warp
+    } else {
+      buf_off = static_cast<std::uint32_t>((t & 1) * BK * D * 2);
+    }
+    if (id < row.full_blocks) {
+      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, s_mul, p_mul, std::false_type{});
+    } else {
+      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, s_mul, p_mul, std::true_type{});
+    }
+    // Every warp done with buffer t & 1 before iteration t + 1 refills it. Quantised, the next
+    // barrier does it: the codes of buffer t & 1 were read before the barrier above, and the
+    // widened tile is rewritten only after the next iteration's first barrier.
+    if constexpr (!quantized) __syncthreads();
     id = next;
   }
   cp_async_wait<0>();
