@@ -15,14 +15,15 @@
 //           --layout hnd|nhd (K/V head-major [heads_kv, tokens, dim], as the PyTorch peers hold them,
 //           or token-major [tokens, heads_kv, dim]; printed as "layout")
 //           --sets 4 (index sets rotated between timed runs) --reps 50 --index-out FILE
-//   decode: --kv same|fp8|int8 (K/V in Q's type, or 8-bit codes with a scale per block and kv head;
-//           printed as "kv"; the rate counts the codes' bytes and the scales')
+//   decode, prefill: --kv same|fp8|int8 (K/V in Q's type, or 8-bit codes with a scale per block and
+//           kv head; printed as "kv"; decode's rate counts the codes' bytes and the scales')
 //   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
 //           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C (printed as
 //           "chunk_blocks": the executor's choice when 0) --cluster-merge 0|1 (decode::merge_in_cluster)
 //   decode, step: --page P (0, the default: contiguous K/V; P > 0: skim's paged source, pages of P
 //           tokens over a pool whose page table is a random permutation, so a sequence's pages are
-//           scattered; --layout within a page; 16-bit K/V only)
+//           scattered; --layout within a page; 16-bit K/V only); --pages 0,16,64: one run (one line)
+//           per page size in one process
 //   prefill: --kernel mma|wgmma|auto (cuda::prefill's kernel: mma.sync, wgmma on sm_90a, or
 //           the executor's choice, the default; printed as "kernel" in the JSON line)
 //
@@ -87,6 +88,7 @@ struct options {
   std::string kernel = "auto";  // decode's split kernel: simt (CUDA cores), mma (tensor cores), auto
   std::string kv = "same";      // decode: K/V in Q's type, or quantised codes (fp8, int8)
   std::string index_out;
+  std::string pages;  // --pages P1,P2,...: one run per page size (as --page), in one process
 };
 
 skim::cuda::decode_kernel decode_kernel_of(const options& o) {
@@ -126,6 +128,7 @@ options parse(int argc, char** argv) {
     else if (k == "--fuse-select") o.fuse_select = std::atoi(v);
     else if (k == "--index-out") o.index_out = v;
     else if (k == "--page") o.page = std::atoi(v);
+    else if (k == "--pages") o.pages = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -478,7 +481,8 @@ skim::cuda::prefill_kernel prefill_kernel_of(const options& o) {
   return skim::cuda::prefill_kernel::automatic;
 }
 
-template <class T>
+// Code = T: K/V in Q's type; else 8-bit codes with a scale per (block, kv head) (--kv fp8|int8).
+template <class T, class Code = T>
 int run_prefill(const options& o) {
   const int q_blocks = (o.n + o.bq - 1) / o.bq;
   const int kv_blocks = (o.n + o.bk - 1) / o.bk;
@@ -514,11 +518,30 @@ int run_prefill(const options& o) {
   write_index(o, ids);
   // (count is [sets, rows]; compare.py recomputes counts from the -1 padding.)
 
+  constexpr bool quantized = !std::is_same_v<T, Code>;
   const std::size_t elems = std::size_t(o.n) * o.heads_kv * o.dim;
-  device_array<T> q(std::size_t(o.n) * o.heads_q * o.dim), k(elems), v(elems), out(std::size_t(o.n) * o.heads_q * o.dim);
+  device_array<T> q(std::size_t(o.n) * o.heads_q * o.dim), out(std::size_t(o.n) * o.heads_q * o.dim);
+  device_array<Code> k(elems), v(elems);
+  device_array<float> ks(quantized ? std::size_t(kv_blocks) * o.heads_kv : 1), vs(ks.n);
   fill_random(q, 1);
-  fill_random(k, 2);
-  fill_random(v, 3);
+  if constexpr (quantized) {
+    fill_codes(k, 2);
+    fill_codes(v, 3);
+    const float unit = std::is_same_v<Code, std::int8_t> ? 1.0f / 48.0f : 1.0f / 16.0f;
+    fill_scales(ks, unit, 4);
+    fill_scales(vs, unit, 5);
+  } else {
+    fill_random(k, 2);
+    fill_random(v, 3);
+  }
+  const auto source = [&] {
+    if constexpr (quantized) {
+      return skim::cuda::device_quantized_kv<skim::cuda::device_contiguous_kv<Code>>::per_block(
+          kv_of<Code>(o, k.p, v.p, o.n), ks.p, vs.p, kv_blocks, o.heads_kv);
+    } else {
+      return kv_of<T>(o, k.p, v.p, o.n);
+    }
+  }();
   device_array<std::int32_t> d_cu(cu.size()), d_ids(ids.size()), d_count(count.size());
   d_cu.upload(cu);
   d_ids.upload(ids);
@@ -531,12 +554,12 @@ int run_prefill(const options& o) {
   if (const skim::status s = exec.can_implement(p); !s.ok()) return refuse(o, s.message());
   const std::size_t ws_bytes = exec.workspace_bytes(p);
   device_array<std::byte> ws(ws_bytes);
-  using args_t = skim::cuda::device_attention_args<T, skim::cuda::device_contiguous_kv<T>, skim::cuda::device_block_table, T>;
+  using args_t = skim::cuda::device_attention_args<T, decltype(source), skim::cuda::device_block_table, T>;
   const auto run = [&](int rep, cudaStream_t stream) {
     const std::size_t s = std::size_t(rep % sets);
     args_t a{.prob = p,
              .q = skim::cuda::device_view<const T>::token_major(q.p, o.heads_q, o.dim),
-             .kv = kv_of<T>(o, k.p, v.p, o.n),
+             .kv = source,
              .index = {.ids = d_ids.p + s * rows * width, .count = d_count.p + s * rows, .width = width, .rows = rows},
              .o = skim::cuda::device_view<T>::token_major(out.p, o.heads_q, o.dim)};
     BENCH_STATUS(exec.run(a, std::span<std::byte>(ws.p, ws_bytes), stream));
@@ -544,8 +567,8 @@ int run_prefill(const options& o) {
   const double ms = time_median(o.reps, run);
   const double flops = 4.0 * pairs * o.dim * (o.heads_q / o.heads_kv);
   std::printf("{\"bench\": \"prefill\", \"impl\": \"skim\", \"n\": %d, \"blocks\": %d, \"ms\": %.5f, \"flops\": %.0f, "
-              "\"tflop_per_s\": %.2f, \"kernel\": \"%s\", \"layout\": \"%s\"}\n",
-              o.n, dense ? 0 : width, ms, flops, flops / ms * 1e-9, o.kernel.c_str(), o.layout.c_str());
+              "\"tflop_per_s\": %.2f, \"kernel\": \"%s\", \"layout\": \"%s\", \"kv\": \"%s\"}\n",
+              o.n, dense ? 0 : width, ms, flops, flops / ms * 1e-9, o.kernel.c_str(), o.layout.c_str(), o.kv.c_str());
   return 0;
 }
 
@@ -703,8 +726,8 @@ int run_step(const options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const options o = parse(argc, argv);
+// One measurement (one JSON line) of o.
+int run_one(const options& o) {
   const bool bf16 = o.dtype == "bf16";
   if (!bf16 && o.dtype != "fp16") {
     std::fprintf(stderr, "--dtype %s: bf16 or fp16\n", o.dtype.c_str());
@@ -722,6 +745,12 @@ int main(int argc, char** argv) {
   if (o.mode == "prefill") {
     if (o.kernel != "mma" && o.kernel != "wgmma" && o.kernel != "auto") {
       std::fprintf(stderr, "--kernel %s: mma, wgmma or auto for prefill\n", o.kernel.c_str());
+      return 2;
+    }
+    if (o.kv == "fp8") return bf16 ? run_prefill<skim::bfloat16, skim::fp8_e4m3>(o) : run_prefill<skim::half, skim::fp8_e4m3>(o);
+    if (o.kv == "int8") return bf16 ? run_prefill<skim::bfloat16, std::int8_t>(o) : run_prefill<skim::half, std::int8_t>(o);
+    if (o.kv != "same") {
+      std::fprintf(stderr, "--kv %s: same, fp8 or int8\n", o.kv.c_str());
       return 2;
     }
     return bf16 ? run_prefill<skim::bfloat16>(o) : run_prefill<skim::half>(o);
@@ -745,4 +774,20 @@ int main(int argc, char** argv) {
   if (o.mode == "step") return bf16 ? run_step<skim::bfloat16>(o) : run_step<skim::half>(o);
   std::fprintf(stderr, "unknown mode %s\n", o.mode.c_str());
   return 2;
+}
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  if (o.pages.empty()) return run_one(o);
+  // --pages P1,P2,...: one measurement per page size (0: contiguous) in this process, a line each.
+  int rc = 0;
+  for (std::size_t at = 0; at <= o.pages.size();) {
+    const std::size_t end = std::min(o.pages.find(',', at), o.pages.size());
+    options one = o;
+    one.page = std::atoi(o.pages.substr(at, end - at).c_str());
+    rc = std::max(rc, run_one(one));
+    std::fflush(stdout);
+    at = end + 1;
+  }
+  return rc;
 }
