@@ -205,24 +205,29 @@ def step_rows(batch, n, blocks, runner, out):
 L2_BYTES = 50e6  # the H200's L2: a run whose distinct bytes are within about twice this may be served from it
 
 
-def runner_line(runner, args):
-    """The runner's JSON line for args, or {"error": why} (a refused shape prints its reason as JSON)."""
-    cmd = [runner] + [str(a) for a in args]
+def runner_lines(runner, args, pages):
+    """The runner's JSON line for args with --pages pages (0: contiguous K/V), by page size; a page size
+    without a measurement maps to {"error": why} (a refused shape prints its reason as JSON)."""
+    cmd = [runner] + [str(a) for a in args] + ["--pages", ",".join(str(p) for p in pages)]
     res = subprocess.run(cmd, capture_output=True, text=True)
-    line = None
-    for text in reversed(res.stdout.strip().splitlines()):
+    lines = {}
+    for text in res.stdout.splitlines():
         if text.startswith("{"):
             try:
                 line = json.loads(text)
             except ValueError:
-                pass
-            break
-    if res.returncode != 0 or line is None or "error" in line:
-        err = res.stderr.strip().splitlines()
-        why = (line or {}).get("error") or (err[-1] if err else f"exit status {res.returncode}")
-        print(" ".join(cmd), "failed:", why, file=sys.stderr)
-        return {"error": why}
-    return line
+                continue
+            lines[line.get("page", 0)] = line
+    err = res.stderr.strip().splitlines()
+    out = {}
+    for p in pages:
+        line = lines.get(p)
+        if line is None or "error" in line:
+            why = (line or {}).get("error") or (err[-1] if err else f"exit status {res.returncode}, no line")
+            print(" ".join(cmd), f"page {p} failed:", why, file=sys.stderr)
+            line = {"error": why}
+        out[p] = line
+    return out
 
 
 def timed_first_call(fn):
@@ -265,14 +270,15 @@ def sweep_shape(runner, out, shape, blocks, pages, flex_on):
     dense_args = common + ["--blocks", 0, "--sets", 1, "--reps", reps_dense]
     sparse_args = common + ["--blocks", blocks, "--sets", sets, "--reps", reps_sparse]
     index = os.path.join(out, "sweep-index.bin")
-    skim = {("dense", 0): runner_line(runner, dense_args),
-            ("sparse", 0): runner_line(runner, sparse_args + ["--index-out", index])}
+    if os.path.exists(index):
+        os.remove(index)
+    # One process each for dense and sparse, contiguous K/V first, then each page size.
+    skim = {("dense", p): line for p, line in runner_lines(runner, dense_args, (0,) + tuple(pages)).items()}
+    skim.update({("sparse", p): line for p, line in
+                 runner_lines(runner, sparse_args + ["--index-out", index], (0,) + tuple(pages)).items()})
     ids = None
-    if "error" not in skim[("sparse", 0)]:
+    if "error" not in skim[("sparse", 0)] and os.path.exists(index):
         ids = torch.from_file(index, dtype=torch.int32, size=sets * b * hkv * blocks).view(sets, b, hkv, blocks)
-    for p in pages:
-        skim[("dense", p)] = runner_line(runner, dense_args + ["--page", p])
-        skim[("sparse", p)] = runner_line(runner, sparse_args + ["--page", p])
 
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(b, hq, 1, d, device="cuda", dtype=DT, generator=g)
