@@ -71,7 +71,7 @@ def run_skim(runner, mode, out, **kw):
     cmd = [runner, mode, "--index-out", index] + [x for k, v in kw.items() for x in (f"--{k.replace('_', '-')}", str(v))]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
-        print(" ".join(cmd), "failed:", res.stderr, file=sys.stderr)
+        print(" ".join(cmd), "failed:", res.stderr or res.stdout, file=sys.stderr)  # a refusal is a JSON line
         return None, None
     return json.loads(res.stdout.strip().splitlines()[-1]), index
 
