@@ -554,7 +554,7 @@ int run_prefill(const options& o) {
   if (const skim::status s = exec.can_implement(p); !s.ok()) return refuse(o, s.message());
   const std::size_t ws_bytes = exec.workspace_bytes(p);
   device_array<std::byte> ws(ws_bytes);
-  using args_t = skim::cuda::device_attention_args<T, decltype(source), skim::cuda::device_block_table, T>;
+  using args_t = skim::cuda::device_attention_args<T, std::remove_const_t<decltype(source)>, skim::cuda::device_block_table, T>;
   const auto run = [&](int rep, cudaStream_t stream) {
     const std::size_t s = std::size_t(rep % sets);
     args_t a{.prob = p,
