@@ -243,8 +243,9 @@ def timed_first_call(fn):
 
 
 def sweep_shapes(quick):
-    """(batch, n, heads_q, heads_kv, head_dim): head_dim 128 first, GQA 8, 4, 1, batch 1..64 (N = 32K,
-    16K at batch 64: K/V at most 17.2 GB); quick: three small shapes touching every axis."""
+    """(batch, n, heads_q, heads_kv, head_dim): head_dim 128 first (the budgets cut from the end), kv heads
+    8, 4, 32 (GQA 4, 8, 1), batch 1..64 (N = 32K, 16K at batch 64: K/V at most 17.2 GB); quick: three
+    small shapes touching every axis."""
     if quick:
         return [(1, 8192, 32, 8, 128), (4, 8192, 32, 32, 64), (16, 8192, 32, 4, 128)]
     return [(b, n, 32, hkv, d) for d in (128, 64) for hkv in (8, 4, 32)
