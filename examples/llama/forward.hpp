@@ -34,16 +34,21 @@
 namespace skim_llama {
 
 // [layers][max_tokens][kv_heads][head_dim] for K and for V; `tokens` of them are filled.
+// A cache made with float_rows = false counts tokens but holds no rows (k and v empty): the K and V
+// of a forward pass then go to forward_options::store_kv (e.g. an engine's quantised cache).
 struct kv_cache {
   int max_tokens = 0;
   int tokens = 0;
   int kv_heads = 0, head_dim = 0;
   std::vector<float> k, v;
+  bool rows = true;  // false: k and v are empty, the rows live elsewhere (forward_options::store_kv)
 
   kv_cache() = default;
-  kv_cache(const config& c, int max_tokens_)
+  kv_cache(const config& c, int max_tokens_, bool float_rows = true)
       : max_tokens(max_tokens_), kv_heads(c.n_kv_heads), head_dim(c.head_dim()),
-        k(static_cast<std::size_t>(c.n_layers) * max_tokens_ * c.kv_dim()), v(k.size()) {}
+        k(float_rows ? static_cast<std::size_t>(c.n_layers) * max_tokens_ * c.kv_dim() : 0), v(k.size()), rows(float_rows) {}
+
+  [[nodiscard]] bool holds_rows() const { return rows; }
 
   [[nodiscard]] std::size_t layer_stride() const { return static_cast<std::size_t>(max_tokens) * kv_heads * head_dim; }
   [[nodiscard]] float* k_at(int layer, int token) { return k.data() + layer * layer_stride() + static_cast<std::size_t>(token) * kv_heads * head_dim; }
@@ -57,12 +62,15 @@ struct attention_args {
   int heads_q = 0, heads_kv = 0, head_dim = 0;
   float scale = 0.0f;            // 1/sqrt(head_dim)
   std::span<const float> q{};    // [n_q, heads_q, head_dim]
-  std::span<const float> k{};    // [n_kv, heads_kv, head_dim]
-  std::span<const float> v{};    // [n_kv, heads_kv, head_dim]
+  std::span<const float> k{};    // [n_kv, heads_kv, head_dim]; empty where store_kv keeps K/V
+  std::span<const float> v{};    // [n_kv, heads_kv, head_dim]; empty where store_kv keeps K/V
   std::span<float> out{};        // [n_q, heads_q, head_dim]
 };
 
 using attention_fn = std::function<skim::status(const attention_args&)>;
+// Takes the K (after RoPE) and V rows [n, kv_heads, head_dim] of keys [first, first + n) of a layer,
+// before that layer's attention call.
+using kv_store_fn = std::function<skim::status(int layer, int first, std::span<const float> k, std::span<const float> v)>;
 
 // Q, K after RoPE and V of one layer for the tokens [first_token, first_token + n) of a call.
 struct qkv_view {
@@ -73,8 +81,14 @@ struct qkv_view {
 };
 using qkv_hook = std::function<void(const qkv_view&)>;
 
-// Causal softmax attention in float, one query row at a time (llama2.c's loop).
+// Causal softmax attention in float, one query row at a time (llama2.c's loop). Reads a's float
+// K/V: refuses a call whose k or v is short (a cache whose rows went to store_kv has none).
 [[nodiscard]] inline skim::status dense_attention(const attention_args& a) {
+  const std::size_t kv_floats = static_cast<std::size_t>(a.n_kv) * a.heads_kv * a.head_dim;
+  if (a.k.size() < kv_floats || a.v.size() < kv_floats) {
+    return skim::status::error(skim::status_code::shape_mismatch, "dense_attention reads %zu floats of K and of V, given %zu and %zu",
+                               kv_floats, a.k.size(), a.v.size());
+  }
   const int group = a.heads_q / a.heads_kv;
   std::vector<float> p(static_cast<std::size_t>(a.n_kv));
   for (int i = 0; i < a.n_q; ++i) {
@@ -106,6 +120,10 @@ using qkv_hook = std::function<void(const qkv_view&)>;
 struct forward_options {
   attention_fn attention = dense_attention;
   qkv_hook on_qkv = {};  // optional
+  // Optional: where the new K and V go instead of the cache's float rows (which it must then lack:
+  // kv_cache(c, n, false)); the attention call's k and v are then empty, its attention_fn reading
+  // K/V from wherever store_kv put them.
+  kv_store_fn store_kv = {};
   int threads = 1;       // for the projections and the classifier (attention_fn runs its own)
 };
 
@@ -167,6 +185,10 @@ inline void rope(float* x, int heads, int head_dim, int pos) {
     return skim::status::error(skim::status_code::shape_mismatch, "kv cache has %d kv heads of dim %d, model %d of dim %d",
                                cache.kv_heads, cache.head_dim, c.n_kv_heads, hd);
   }
+  if (cache.holds_rows() == static_cast<bool>(opt.store_kv)) {
+    return skim::status::error(skim::status_code::invalid_argument, opt.store_kv ? "store_kv given for a cache with float rows"
+                                                                                 : "the cache holds no float rows and no store_kv is given");
+  }
   if (cache.tokens + n > cache.max_tokens) {
     return skim::status::error(skim::status_code::invalid_argument, "kv cache holds %d of %d tokens, %d more do not fit",
                                cache.tokens, cache.max_tokens, n);
@@ -202,15 +224,20 @@ inline void rope(float* x, int heads, int head_dim, int pos) {
       detail::rope(row(q, t, qdim), c.n_heads, hd, first + t);
       detail::rope(row(k_new, t, kvd), c.n_kv_heads, hd, first + t);
     }
-    std::copy(k_new.begin(), k_new.end(), cache.k_at(l, first));
-    std::copy(v_new.begin(), v_new.end(), cache.v_at(l, first));
+    const std::size_t kv_len = static_cast<std::size_t>(first + n) * kvd;
+    std::span<const float> k_all, v_all;
+    if (opt.store_kv) {
+      SKIM_TRY(opt.store_kv(l, first, k_new, v_new));
+    } else {
+      std::copy(k_new.begin(), k_new.end(), cache.k_at(l, first));
+      std::copy(v_new.begin(), v_new.end(), cache.v_at(l, first));
+      k_all = std::span<const float>(cache.k_at(l, 0), kv_len);
+      v_all = std::span<const float>(cache.v_at(l, 0), kv_len);
+    }
     if (opt.on_qkv) opt.on_qkv({.layer = l, .first_token = first, .n = n, .q = q, .k = k_new, .v = v_new});
 
-    const std::size_t kv_len = static_cast<std::size_t>(first + n) * kvd;
     SKIM_TRY(opt.attention({.layer = l, .n_q = n, .n_kv = first + n, .heads_q = c.n_heads, .heads_kv = c.n_kv_heads, .head_dim = hd,
-                            .scale = 1.0f / std::sqrt(static_cast<float>(hd)), .q = q,
-                            .k = std::span<const float>(cache.k_at(l, 0), kv_len), .v = std::span<const float>(cache.v_at(l, 0), kv_len),
-                            .out = att}));
+                            .scale = 1.0f / std::sqrt(static_cast<float>(hd)), .q = q, .k = k_all, .v = v_all, .out = att}));
 
     detail::matmul(xb.data(), att.data(), w.wo, n, dim, qdim, th);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += xb[i];
