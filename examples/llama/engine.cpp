@@ -27,7 +27,9 @@
 // prefills with its own policy too). A row counts the needles it answers among those dense
 // answers, per depth, how many of its answers are dense's token for token, its decode attention time
 // per token and its time per needle.
-// SPEC: engine.hpp's header (skim-eval's --config keys plus policy, exec, seed, evict, keep, ...).
+// SPEC: engine.hpp's header (skim-eval's --config keys plus policy, exec, seed, evict, keep, kv, ...);
+// kv=int8 or kv=fp8 stores that row's K/V cache as codes with a scale per (block, kv head)
+// (kv_quant.hpp); the dense reference row keeps fp32.
 
 #include <chrono>
 #include <cmath>
@@ -63,7 +65,8 @@ int usage(const std::string& msg) {
                "COMMON: [--model FILE] [--tokenizer FILE] [--models DIR] [--threads N]\n"
                "SPEC e.g. dense | policy=skim,budget=0.125 | policy=skim,summarizer=max_bound,block=16,budget=0.25,sink=1 |\n"
                "          policy=recency,budget=0.25,sink=1 | policy=random,budget=0.25,sink=1 | policy=oracle,budget=0.125 |\n"
-               "          policy=dense,evict=attention_mass|recency|summary_score,keep=0.5,block=16\n",
+               "          policy=dense,evict=attention_mass|recency|summary_score,keep=0.5,block=16 |\n"
+               "          policy=skim,budget=0.125,kv=int8 (kv=fp32|int8|fp8: the K/V cache's storage)\n",
                msg.c_str());
   return 2;
 }

@@ -27,6 +27,10 @@
 //    chosen by skim::evict (attention_mass / recency / summary_score), evicted blocks never return;
 //    decode runs over the resident blocks, the mass is accumulated from the executor's LSE
 //    (evict::accumulate_mass), and the true attention mass of the evicted blocks is measured.
+// kv=int8|fp8 stores the K/V cache as codes with one float scale per (block of `block` keys, kv
+// head) (kv_quant.hpp; default kv=fp32, float rows): dense, skim (block summaries, read from the
+// dequantised codes), recency, random and oracle attend over the codes with exec::simd; router=kmeans,
+// vertical_slash and tokens, eviction and exec=scalar read K/V as floats and refuse it.
 // dense_layers=N runs the first N layers densely under any policy. With engine_options::measure the
 // routed and oracle calls also record their selections' coverage of the true mass (stats.coverage).
 // The attention spec uses skim-eval's syntax (eval/options.hpp) plus the engine's keys, e.g.
@@ -37,6 +41,7 @@
 //   policy=skim,router=kmeans,clusters=64,probe=8,budget=0.125
 //   policy=skim,router=vertical_slash,block=16,columns=32,diagonals=128
 //   policy=skim,router=tokens,budget=0.125
+//   policy=skim,budget=0.125,kv=int8
 // The options, statistics, per-layer state and the dense backend are in backend.hpp.
 
 #include <algorithm>
@@ -116,6 +121,11 @@ namespace skim_llama {
     } else if (key == "seed") {
       if (!number(0, 1e18, v)) return "attention '" + o.spec + "': bad seed";
       o.seed = static_cast<std::uint64_t>(v);
+    } else if (key == "kv") {
+      if (value == "fp32") o.kv = kv_format::fp32;
+      else if (value == "int8") o.kv = kv_format::int8;
+      else if (value == "fp8") o.kv = kv_format::fp8;
+      else return "attention '" + o.spec + "': unknown kv '" + std::string(value) + "' (fp32, int8, fp8)";
     } else if (key == "router" && value == "tokens") {
       o.tokens = true;
     } else if (key == "evict") {
@@ -159,6 +169,16 @@ namespace skim_llama {
   if (o.policy != attention_policy::skim && o.sparse.select != skim_eval::selector_kind::top_k) {
     return "attention '" + o.spec + "': the recency and random baselines take budget=B or k=N";
   }
+  if (o.kv != kv_format::fp32) {
+    const auto refuse = [&](const char* why) {  // appended piecewise: g++ 12 -O3 warns on a chain of + here
+      std::string m = "attention '";
+      m.append(o.spec).append("': kv=").append(kv_format_name(o.kv)).append(why);
+      return m;
+    };
+    if (o.exec != executor_kind::simd) return refuse(" reads codes with exec=simd (exec::scalar reads floats only)");
+    if (other_router) return refuse(" runs with block summaries (router=kmeans, vertical_slash and tokens read K/V as floats)");
+    if (o.evict != eviction::none) return refuse(" does not run with eviction (it reads K/V as floats)");
+  }
   out = std::move(o);
   return {};
 }
@@ -196,9 +216,7 @@ struct sparse_backend final : backend {
       st.summaries.resize(static_cast<std::size_t>(s.max_blocks) * a.heads_kv * S::record_floats(a.head_dim));
     }
     st.reserve_ws(std::max(pipe.workspace_bytes(c.p), skim::summarize::workspace_bytes<S>(c.p)));
-    skim::summaries_mode mode{};
     if (st.summarized > a.n_kv - a.n_q) st.summarized = 0;  // the cache was reset
-    SKIM_TRY(update_summaries<S>(c, st, a.n_kv, a.n_q, mode));
     const skim::index::mutable_block_table table = st.selection(c.p, std::max(pipe.table_width(c.p), 1));
     const auto rows = static_cast<std::size_t>(c.p.index_rows());
     // The previous layer's mass of each block is this layer's prior (importance > 0); layer 0 has none.
@@ -206,14 +224,70 @@ struct sparse_backend final : backend {
     const bool have_prior = prior && a.layer > 0 && carried.size() == rows * static_cast<std::size_t>(c.p.max_kv_blocks());
     pipeline p = pipe;
     if (!have_prior) p.selector.importance = 0.0f;
-    const skim::pipeline_args<float, skim::paged_kv<float>, float> args{
-        .prob = c.p, .q = c.q, .kv = c.kv, .o = c.o, .lse = st.lse, .summaries = st.summaries, .mode = mode,
-        .prior = have_prior ? std::span<const float>(carried) : std::span<const float>{}, .selected = table};
+    const std::span<const float> prior_span = have_prior ? std::span<const float>(carried) : std::span<const float>{};
     skim::stage_times t;
-    SKIM_TRY(p.run(args, st.ws.span(), &t));
+    if (!s.quantized()) {
+      skim::summaries_mode mode{};
+      SKIM_TRY(update_summaries<S>(c, st, a.n_kv, a.n_q, mode));
+      const skim::pipeline_args<float, skim::paged_kv<float>, float> args{
+          .prob = c.p, .q = c.q, .kv = c.kv, .o = c.o, .lse = st.lse, .summaries = st.summaries, .mode = mode,
+          .prior = prior_span, .selected = table};
+      SKIM_TRY(p.run(args, st.ws.span(), &t));
+    } else {
+      SKIM_TRY(with_kv<Exec>(s, a, c, [&]<class KV>(const KV& kv) -> skim::status {
+        if constexpr (skim::is_quantized_kv<KV>) {
+          const auto t0 = std::chrono::steady_clock::now();
+          SKIM_TRY(summarize_codes(c, a, st));
+          t.summarize = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          // Summaries kept (just brought up to date from the dequantised keys), so the pipeline reads
+          // no keys from its source (an empty window ending at n_kv); it attends over the codes.
+          const skim::sparse_attention<S, skim::route::pooled_router, skim::select::reserved<Dyn>, codes_executor<Exec, KV>> qp{
+              .router = p.router, .selector = p.selector, .executor = {.inner = p.executor, .kv = kv}, .share_heads = p.share_heads,
+              .pool = p.pool};
+          const skim::pipeline_args<float, dequantized_window, float> args{
+              .prob = c.p, .q = c.q, .kv = window(c, a, st, a.n_kv), .o = c.o, .lse = st.lse, .summaries = st.summaries,
+              .mode = skim::summaries_mode::kept, .prior = prior_span, .selected = table};
+          skim::stage_times rest;
+          SKIM_TRY(qp.run(args, st.ws.span(), &rest));
+          t.score = rest.score, t.select = rest.select, t.execute = rest.execute;
+          return skim::status::success();
+        } else {
+          return no_codes(s, "a float source");  // with_kv hands a quantised cache's codes only
+        }
+      }));
+    }
     stats.times += t;
-    if (prior) selected_mass(c.p, a, table, st.lse, carried);
-    count_selection(stats, *s.o, c.p, table, a, st);
+    attention_args tmp;
+    const attention_args& fa = prior || s.o->measure ? float_args(s, a, st, tmp) : a;
+    if (prior) selected_mass(c.p, fa, table, st.lse, carried);
+    count_selection(stats, *s.o, c.p, table, fa, st);
+    return skim::status::success();
+  }
+
+  // The dequantised keys [from, n_kv) in st.dequant_k, as a K source of the call's sequence for
+  // the summarizers (which read K only: no V).
+  [[nodiscard]] static dequantized_window window(const call& c, const attention_args& a, const layer_state& st, std::int32_t from) {
+    return {.k = st.dequant_k.data(), .v = nullptr, .first = from, .rows = a.n_kv - from, .heads_kv = a.heads_kv,
+            .head_dim = c.p.head_dim};
+  }
+
+  // A quantised cache's summaries: those of its closed blocks are kept (their codes never change);
+  // the blocks from the first one not closed when last summarised on are summarised again from
+  // their keys' dequantised values (the open block's codes change as keys arrive). So the records
+  // are those of summarize::build over the dequantised cache, and a decode step redoes at most
+  // one block's keys. Sets st.summarized to n_kv.
+  [[nodiscard]] skim::status summarize_codes(const call& c, const attention_args& a, layer_state& st) const {
+    const std::int32_t from = st.summarized / c.p.block_kv * c.p.block_kv;
+    dequantize_into(s, st, a.layer, from, a.n_kv, false);
+    const dequantized_window w = window(c, a, st, from);
+    if (from == 0) {
+      SKIM_TRY(skim::summarize::build<S>(c.p, w, st.summaries, st.ws.span()));
+    } else {
+      for (std::int32_t t = from; t < a.n_kv; ++t) {
+        SKIM_TRY(skim::summarize::append<S>(c.p, w, {.seq = 0, .position = t, .records = st.summaries}, st.ws.span()));
+      }
+    }
+    st.summarized = a.n_kv;
     return skim::status::success();
   }
   std::vector<float> carried;  // [index_rows, max_kv_blocks]: the last layer's selected_mass
@@ -233,7 +307,8 @@ struct oracle_backend final : backend {
   skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
     const skim_eval::config& cfg = s.o->sparse;
     const call c(a, cfg.block_q(), cfg.block, cfg.scope, s.o->page_size, s.pages, s.page_table);
-    dense_block_mass(a, c.p.block_kv, s.o->threads, st.block_mass, s.o->measure ? &st.top_blocks : nullptr);
+    attention_args tmp;  // a quantised cache: the mass of the dequantised codes, what the model attends over
+    dense_block_mass(float_args(s, a, st, tmp), c.p.block_kv, s.o->threads, st.block_mass, s.o->measure ? &st.top_blocks : nullptr);
     const std::int32_t width = std::max(skim::select::max_count(selector, c.p), 1);
     const auto rows = static_cast<std::size_t>(c.p.index_rows());
     st.ids.resize(rows * static_cast<std::size_t>(width));
@@ -255,9 +330,10 @@ struct oracle_backend final : backend {
     }));
     const skim::index::block_table table{.ids = st.ids, .count = st.count, .width = width};
     st.reserve_ws(exec.workspace_bytes(c.p));
-    const skim::attention_args<float, skim::paged_kv<float>, skim::index::block_table, float> args{
-        .prob = c.p, .q = c.q, .kv = c.kv, .index = table, .o = c.o};
-    SKIM_TRY(exec.run(args, st.ws.span()));
+    SKIM_TRY(with_kv<Exec>(s, a, c, [&]<class KV>(const KV& kv) {
+      return exec.run(skim::attention_args<float, KV, skim::index::block_table, float>{.prob = c.p, .q = c.q, .kv = kv, .index = table, .o = c.o},
+                      st.ws.span());
+    }));
     count_reads(stats, c.p, table, a);
     if (s.o->measure) count_coverage(stats, *s.o, c.p, table, a, st.block_mass, st.top_blocks);
     return skim::status::success();
@@ -286,6 +362,7 @@ struct evict_backend final : backend {
   }
 
   skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
+    if (s.quantized()) return no_codes(s, "an evicting cache");
     if (a.n_q != 1) {
       return skim::status::error(skim::status_code::invalid_argument, "an evicting cache runs one token at a time, got %d", a.n_q);
     }
@@ -441,13 +518,19 @@ template <class Exec>
 
 class engine {
  public:
+  // With kv=int8|fp8 the float cache holds no rows: K/V live in the quantised cache (kv_quant.hpp),
+  // blocks of o.sparse.block keys.
   engine(const model& m, const engine_options& o, int max_tokens)
-      : m_(&m), o_(o), cache_(m.cfg, round_up(max_tokens, o.page_size)) {
+      : m_(&m), o_(o), cache_(m.cfg, round_up(max_tokens, o.page_size), o.kv == kv_format::fp32) {
     const int pages = cache_.max_tokens / o_.page_size;
     page_table_.resize(static_cast<std::size_t>(pages));
     for (int i = 0; i < pages; ++i) page_table_[static_cast<std::size_t>(i)] = i;
+    const config& c = m.cfg;
+    if (o_.kv == kv_format::int8) int8_ = std::make_unique<quantized_cache<std::int8_t>>(c.n_layers, cache_.max_tokens, c.n_kv_heads, c.head_dim(), o_.sparse.block);
+    if (o_.kv == kv_format::fp8) fp8_ = std::make_unique<quantized_cache<skim::fp8_e4m3>>(c.n_layers, cache_.max_tokens, c.n_kv_heads, c.head_dim(), o_.sparse.block);
     const engine_detail::shared_setup s{.o = &o_, .pages = pages, .page_table = page_table_,
-                                        .max_blocks = (cache_.max_tokens + o_.sparse.block - 1) / o_.sparse.block};
+                                        .max_blocks = (cache_.max_tokens + o_.sparse.block - 1) / o_.sparse.block,
+                                        .int8 = int8_.get(), .fp8 = fp8_.get()};
 #ifdef SKIM_LLAMA_HAS_SIMD
     using simd = skim::exec::simd<xsimd::default_arch>;
     backend_ = o_.exec == executor_kind::simd ? engine_detail::make_backend_with<simd>(s)
@@ -469,20 +552,34 @@ class engine {
     for (auto& l : layers_) l.summarized = 0, l.clustered = 0;
   }
   [[nodiscard]] int tokens() const { return cache_.tokens; }
+  // The float cache: its rows, or (kv=int8|fp8) the token count only.
   [[nodiscard]] const kv_cache& cache() const { return cache_; }
-  // Starts a new sequence from another engine's cache of the same model (its tokens' K and V are
-  // copied; summaries are rebuilt on the next call): e.g. one dense prefill shared by policies.
+  // The quantised cache (kv=int8 or fp8), or null.
+  [[nodiscard]] const quantized_cache<std::int8_t>* int8_cache() const { return int8_.get(); }
+  [[nodiscard]] const quantized_cache<skim::fp8_e4m3>* fp8_cache() const { return fp8_.get(); }
+  // Starts a new sequence from another engine's float cache of the same model (its tokens' K and V
+  // are copied, or quantised as a prefill of them would; summaries are rebuilt on the next call):
+  // e.g. one dense prefill shared by policies.
   [[nodiscard]] skim::status start_from(const kv_cache& other) {
     if (other.kv_heads != cache_.kv_heads || other.head_dim != cache_.head_dim || other.tokens > cache_.max_tokens) {
       return skim::status::error(skim::status_code::shape_mismatch, "cache of %d tokens (%d kv heads of dim %d) does not fit one of %d (%d of %d)",
                                  other.tokens, other.kv_heads, other.head_dim, cache_.max_tokens, cache_.kv_heads, cache_.head_dim);
     }
+    if (!other.holds_rows()) {
+      return skim::status::error(skim::status_code::unsupported, "the cache to start from holds codes, not float rows");
+    }
     reset();
     const auto row = static_cast<std::size_t>(cache_.kv_heads) * cache_.head_dim;
     const int layers = static_cast<int>(layers_.size());
     for (int l = 0; l < layers; ++l) {
-      std::copy_n(other.k.data() + l * other.layer_stride(), other.tokens * row, cache_.k_at(l, 0));
-      std::copy_n(other.v.data() + l * other.layer_stride(), other.tokens * row, cache_.v_at(l, 0));
+      const std::span<const float> k(other.k.data() + l * other.layer_stride(), other.tokens * row);
+      const std::span<const float> v(other.v.data() + l * other.layer_stride(), other.tokens * row);
+      if (int8_ || fp8_) {
+        SKIM_TRY(int8_ ? int8_->append(l, 0, k, v) : fp8_->append(l, 0, k, v));
+      } else {
+        std::copy(k.begin(), k.end(), cache_.k_at(l, 0));
+        std::copy(v.begin(), v.end(), cache_.v_at(l, 0));
+      }
     }
     cache_.tokens = other.tokens;
     return skim::status::success();
@@ -505,6 +602,8 @@ class engine {
     stats.decode_steps += tokens.size() == 1;
     fo.on_qkv = on_qkv;
     fo.threads = o_.threads;
+    if (int8_) fo.store_kv = [this](int l, int first, std::span<const float> k, std::span<const float> v) { return int8_->append(l, first, k, v); };
+    if (fp8_) fo.store_kv = [this](int l, int first, std::span<const float> k, std::span<const float> v) { return fp8_->append(l, first, k, v); };
     if (o_.evict == eviction::none || tokens.size() <= 1) return forward(*m_, cache_, tokens, logits, fo);
     const auto v = static_cast<std::size_t>(m_->cfg.vocab_size);
     const bool last_only = logits.size() == v;
@@ -541,6 +640,8 @@ class engine {
   const model* m_;
   engine_options o_;
   kv_cache cache_;
+  std::unique_ptr<quantized_cache<std::int8_t>> int8_;     // kv=int8
+  std::unique_ptr<quantized_cache<skim::fp8_e4m3>> fp8_;   // kv=fp8
   std::vector<std::int32_t> page_table_;
   std::vector<engine_detail::layer_state> layers_;
   std::unique_ptr<engine_detail::backend> backend_;

@@ -15,7 +15,8 @@
 //    last query (fp32 q·k, the max over the row's query heads) and exec::token_gather attends over
 //    the kept positions. The budget is a share of each row's visible keys (budget=S) or a count of
 //    keys beyond the reserved ones (k=N); sink and local count tokens, not blocks.
-// Each counts the (query, key) pairs it read as the block backends do (engine_stats).
+// Each counts the (query, key) pairs it read as the block backends do (engine_stats). Each reads
+// K/V as floats and refuses a quantised cache (kv=int8|fp8) with a status.
 
 #include <algorithm>
 #include <cmath>
@@ -42,6 +43,7 @@ struct kmeans_backend final : backend {
   kmeans_backend(shared_setup s_, pipeline p) : s(s_), pipe(p) {}
 
   skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
+    if (s.quantized()) return no_codes(s, "router=kmeans");
     const skim_eval::config& cfg = s.o->sparse;
     const call c(a, cfg.block_q(), cfg.block, cfg.scope, s.o->page_size, s.pages, s.page_table);
     pipeline p = pipe;
@@ -81,6 +83,7 @@ struct vertical_slash_backend final : backend {
   vertical_slash_backend(shared_setup s_, pipeline p) : s(s_), pipe(p), decode(s_) {}
 
   skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
+    if (s.quantized()) return no_codes(s, "router=vertical_slash");
     if (a.n_q == 1) return decode.run(a, st, stats);
     const skim_eval::config& cfg = s.o->sparse;
     const call c(a, cfg.block_q(), cfg.block, cfg.scope, s.o->page_size, s.pages, s.page_table);
@@ -118,6 +121,7 @@ struct tokens_backend final : backend {
   }
 
   skim::status run(const attention_args& a, layer_state& st, engine_stats& stats) override {
+    if (s.quantized()) return no_codes(s, "router=tokens");
     const skim_eval::config& cfg = s.o->sparse;
     const call c(a, cfg.block_q(), 1, cfg.scope, s.o->page_size, s.pages, s.page_table);
     const skim::select::top_tokens widest{.t = scored_keys(cfg, a.n_kv), .sink = cfg.sink, .window = cfg.local};
