@@ -64,8 +64,11 @@ inline constexpr int slice_keys = 64;    // keys per S slice (16 x 64 fp32 = 32 
 // Tiles start on 128 bytes (the XOR addressing below needs address bits 4..6 of a tile base clear);
 // the dynamic allocation's own alignment is not relied on beyond 16 bytes, hence the slack.
 inline constexpr int tile_alignment = 128;
+// After the tiles, one byte per key of each K/V buffer and of the widened tile: 1 where the key's
+// row could not be read (a bad page), so the key is masked out like a key past the row's end.
 template <int D, int BQ, int BK>
-inline constexpr std::size_t smem_bytes = static_cast<std::size_t>(BQ + 4 * BK) * D * 2 + tile_alignment;  // Q + 2 x (K, V)
+inline constexpr std::size_t smem_bytes =
+    static_cast<std::size_t>(BQ + 4 * BK) * D * 2 + 3 * BK + tile_alignment;  // Q + 2 x (K, V) + flags
 
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers (ptx.cuh; decode's kernels use the same ones)
@@ -105,7 +108,8 @@ template <int Chunk>
 
 // ---------------------------------------------------------------------------------------------
 // K/V row addresses. false when the row cannot be read (a paged list that does not cover it or
-// names a page outside the pool: reported as bad_page); the caller zero-fills the tile row.
+// names a page outside the pool: reported as bad_page); the caller zero-fills the tile row and
+// flags the key, which is then skipped as decode skips it.
 
 template <class T>
 [[nodiscard]] __device__ __forceinline__ bool kv_rows(const skim::cuda::device_contiguous_kv<T>& kv,
@@ -165,12 +169,17 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   unsigned char* const smem =
       skim_prefill_smem + (tile_alignment - smem_u32(skim_prefill_smem) % tile_alignment) % tile_alignment;
   T* const sq = reinterpret_cast<T*>(smem);  // [BQ][D]
-  T* const sk = sq + BQ * D;                 // [2][BK][D]; quantised: [BK][D] (the widened tile)
-  T* const sv = sk + 2 * BK * D;             // [2][BK][D]; quantised: at sk + BK * D
-  // Quantised: the codes, [2][BK][D] bytes of K then of V, in the room of the second 16-bit buffers.
+  T* const sk = sq + BQ * D;                 // [2][BK][D]; quantised: buffer 0 is the widened K tile
+  T* const sv = sk + 2 * BK * D;             // [2][BK][D]; quantised: buffer 0 is the widened V tile
+  // Quantised: the codes, [2][BK][D] bytes for K and for V, in the room of the second 16-bit K and
+  // V buffers (2·BK·D bytes each).
   unsigned char* const ck = reinterpret_cast<unsigned char*>(sk + BK * D);
-  unsigned char* const cv = ck + 2 * BK * D;
-  T* const wv = quantized ? sk + BK * D : sv;  // the V tile compute_tile reads (buffer 0)
+  unsigned char* const cv = reinterpret_cast<unsigned char*>(sv + BK * D);
+  // Bad-key flags [3][BK]: K/V buffers 0 and 1, then the widened tile's (quantised). Only a paged
+  // source can fail to read a row; contiguous K/V never touches them.
+  std::uint8_t* const bad_key = reinterpret_cast<std::uint8_t*>(smem + static_cast<std::size_t>(BQ + 4 * BK) * D * 2);
+  constexpr bool can_fail =
+      !std::is_same_v<std::remove_cvref_t<decltype(stored_rows(prm.kv))>, skim::cuda::device_contiguous_kv<Stored>>;
 
   const skim::cuda::device_problem& p = prm.prob;
   const auto [h, b, i] = cta_coords(p);
@@ -215,8 +224,11 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
 
   // K and V tile of block `id` into buffer `buf` (16-bit tiles, or the codes of a quantised
   // source). Keys at or past kv_len are zero-filled, not read: they may belong to the next
-  // sequence, or lie past the allocation.
+  // sequence, or lie past the allocation. A key whose row cannot be read is zero-filled too and
+  // flagged in bad_key[buf] (by the thread moving its chunk 0, so every flag of the buffer is
+  // rewritten by each load); returns whether this thread met one.
   const auto load_tile = [&](std::int32_t id, int buf) {
+    bool met_bad = false;
     constexpr int elems = quantized ? 16 : chunk_elems;  // stored elements per 16-byte copy
     constexpr int step = quantized ? code_row_step : row_step;
     const int chunk = quantized ? my_code_chunk : my_chunk;
@@ -235,14 +247,22 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
       }
       const Stored* kr = nullptr;
       const Stored* vr = nullptr;
-      if (key < row.kv_len && kv_rows(stored_rows(prm.kv), row, b, key, kv_head, kr, vr, bits)) {
+      const bool in_seq = key < row.kv_len;
+      const bool readable = in_seq && kv_rows(stored_rows(prm.kv), row, b, key, kv_head, kr, vr, bits);
+      if (readable) {
         cp_async_16(dk, kr + chunk * elems);
         cp_async_16(dv, vr + chunk * elems);
       } else {
         zero_16(dk);
         zero_16(dv);
       }
+      if constexpr (can_fail) {
+        const bool bad = in_seq && !readable;
+        met_bad = met_bad || bad;
+        if (chunk == 0) bad_key[buf * BK + r] = bad ? 1 : 0;
+      }
     }
+    return met_bad;
   };
 
   // Quantised: the codes in buffer `buf`, widened exactly into the 16-bit K and V tiles (each
@@ -259,14 +279,16 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
         *reinterpret_cast<uint4*>(sk + swizzle<D>(r, 2 * my_code_chunk)) = lo;
         *reinterpret_cast<uint4*>(sk + swizzle<D>(r, 2 * my_code_chunk + 1)) = hi;
         skim::cuda::widen16_codes<T, Stored>(*reinterpret_cast<const uint4*>(cv + off), lo, hi);
-        *reinterpret_cast<uint4*>(wv + swizzle<D>(r, 2 * my_code_chunk)) = lo;
-        *reinterpret_cast<uint4*>(wv + swizzle<D>(r, 2 * my_code_chunk + 1)) = hi;
+        *reinterpret_cast<uint4*>(sv + swizzle<D>(r, 2 * my_code_chunk)) = lo;
+        *reinterpret_cast<uint4*>(sv + swizzle<D>(r, 2 * my_code_chunk + 1)) = hi;
+        // The flag goes with the widened row (set by this thread's own load of the row).
+        if (can_fail && my_code_chunk == 0) bad_key[2 * BK + r] = bad_key[buf * BK + r];
       }
     }
   };
 
   std::int32_t id = cursor.next(bits);
-  if (id >= 0) load_tile(id, 0);
+  bool met_bad = id >= 0 && load_tile(id, 0);  // this thread's load of the tile computed next
   cp_async_commit();
 
   // Q fragments: warp's 16 rows, D / 16 k-steps of 16 dims.
@@ -292,12 +314,16 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   float l[2] = {0.0f, 0.0f};            // this thread's share of the row's sum (quad-reduced at the end)
   const float scale_log2 = prm.scale_log2;
 
-  // One K/V tile: S slices of 64 keys, softmax update, P·V. Masked is compile-time so full tiles
-  // carry no mask arithmetic. S is multiplied by s_mul (the softmax scale in base-2 units, times
-  // the block's K scale when quantised), P by p_mul before P·V when quantised (the V scale).
+  // One K/V tile: S slices of 64 keys, softmax update, P·V. The mask is compile-time so full
+  // tiles carry no mask arithmetic: none, the row's visible keys, or those and the keys flagged in
+  // `bad` (a tile with a key on a bad page). S is multiplied by s_mul (the softmax scale in base-2
+  // units, times the block's K scale when quantised), P by p_mul before P·V when quantised (the V
+  // scale).
+  enum mask_kind { no_mask, visible_mask, bad_key_mask };
   const auto compute_tile = [&](std::uint32_t k_lane, std::uint32_t v_lane, std::int32_t tile_id, float s_mul,
-                                float p_mul, auto masked_tag) {
-    constexpr bool masked = decltype(masked_tag)::value;
+                                float p_mul, const std::uint8_t* bad, auto mask_tag) {
+    constexpr int mask = decltype(mask_tag)::value;
+    constexpr bool masked = mask != no_mask;
     // Not unrolled: a second slice in flight would hold another 32 S registers (spills at D 128).
 #pragma unroll 1
     for (int slice = 0; slice < BK / slice_keys; ++slice) {
@@ -327,7 +353,10 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
         for (int j = 0; j < sn; ++j) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            if (key0 + 8 * j + (e & 1) >= vis[e / 2]) s[j][e] = -INFINITY;
+            const int col = 8 * j + (e & 1);
+            bool out = key0 + col >= vis[e / 2];
+            if constexpr (mask == bad_key_mask) out = out || bad[slice * slice_keys + quad_col + col] != 0;
+            if (out) s[j][e] = -INFINITY;
           }
         }
       }
@@ -384,13 +413,13 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
   // (lane / 8) % 2) and V (transposed, keys (lane % 8) + 8 ((lane / 8) % 2), chunk parity lane / 16)
   // fragments in buffer 0.
   const std::uint32_t k_lane0 = lane_address<D>(smem_u32(sk), (lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
-  const std::uint32_t v_lane0 = lane_address<D>(smem_u32(wv), (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+  const std::uint32_t v_lane0 = lane_address<D>(smem_u32(sv), (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
 
   // Main loop: tile t computes from buffer t & 1 while tile t + 1 loads into the other one.
   // One commit group per iteration (empty at the end) keeps wait_group<1> meaning "tile t landed".
   for (int t = 0; id >= 0; ++t) {
     const std::int32_t next = cursor.next(bits);
-    if (next >= 0) load_tile(next, (t + 1) & 1);
+    const bool next_bad = next >= 0 && load_tile(next, (t + 1) & 1);
     cp_async_commit();
     float s_mul = scale_log2, p_mul = 1.0f;
     if constexpr (quantized) {  // read while the tile lands; id is one of the row's visible blocks
@@ -399,24 +428,39 @@ __global__ void __launch_bounds__(BQ / 16 * 32) prefill_kernel(const params<T, K
       p_mul = prm.kv.v_scales[si];
     }
     cp_async_wait<1>();
-    __syncthreads();  // tile t visible to every warp (quantised: and every warp done with tile t - 1)
+    // Tile t visible to every warp (quantised: and every warp done with tile t - 1); with a source
+    // that can fail, the barrier also tells every thread whether any key of the tile is bad.
+    bool tile_bad = false;
+    if constexpr (can_fail) {
+      tile_bad = __syncthreads_or(met_bad ? 1 : 0) != 0;
+    } else {
+      __syncthreads();
+    }
     std::uint32_t buf_off = 0;
+    const std::uint8_t* bad = bad_key + (t & 1) * BK;
     if constexpr (quantized) {
       widen_tile(t & 1);
-      __syncthreads();  // the widened tile visible to every warp
+      __syncthreads();  // the widened tile (and its flags) visible to every warp
+      bad = bad_key + 2 * BK;
     } else {
       buf_off = static_cast<std::uint32_t>((t & 1) * BK * D * 2);
     }
-    if (id < row.full_blocks) {
-      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, s_mul, p_mul, std::false_type{});
+    using none = std::integral_constant<int, no_mask>;
+    using visible = std::integral_constant<int, visible_mask>;
+    using flagged = std::integral_constant<int, can_fail ? bad_key_mask : visible_mask>;
+    if (tile_bad) {
+      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, s_mul, p_mul, bad, flagged{});
+    } else if (id < row.full_blocks) {
+      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, s_mul, p_mul, bad, none{});
     } else {
-      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, s_mul, p_mul, std::true_type{});
+      compute_tile(k_lane0 + buf_off, v_lane0 + buf_off, id, s_mul, p_mul, bad, visible{});
     }
     // Every warp done with buffer t & 1 before iteration t + 1 refills it. Quantised, the next
     // barrier does it: the codes of buffer t & 1 were read before the barrier above, and the
     // widened tile is rewritten only after the next iteration's first barrier.
     if constexpr (!quantized) __syncthreads();
     id = next;
+    met_bad = next_bad;
   }
   cp_async_wait<0>();
 
