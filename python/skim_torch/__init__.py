@@ -1,0 +1,69 @@
+"""skim's CPU block-sparse attention as PyTorch operators (torch.ops.skim.*).
+
+Importing the package loads the compiled operator library (libskim_torch.so), found in this
+order: the path in $SKIM_TORCH_LIBRARY, this package's directory, then build/python/ of the skim
+checkout the package lives in (where scripts/python-test builds it).
+
+The functions below call the operators; their contract is in python/csrc/ops.cpp and
+python/README.md.
+"""
+
+import os
+from pathlib import Path
+
+import torch
+
+_LIBRARY_NAME = "libskim_torch.so"
+
+
+def library_path():
+    """The operator library this package loads, or None where none is found."""
+    env = os.environ.get("SKIM_TORCH_LIBRARY")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for candidate in (here / _LIBRARY_NAME, here.parent.parent / "build" / "python" / _LIBRARY_NAME):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _load():
+    path = library_path()
+    if path is None or not path.is_file():
+        raise ImportError(
+            f"skim_torch: no {_LIBRARY_NAME} (set SKIM_TORCH_LIBRARY, or build it: scripts/python-test)"
+        )
+    torch.ops.load_library(str(path))
+
+
+_load()
+
+
+def sparse_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, row_ptr, col_idx,
+                     block_q, block_kv, causal=True, scale=None, impl="simd"):
+    """Block-sparse attention over a block CSR index; returns (o, lse).
+
+    q [tokens_q, heads_q, head_dim], k and v [tokens_kv, heads_kv, head_dim] (packed varlen, int32
+    cu_seqlens of batch + 1 entries); row_ptr and col_idx: int32, one row per (sequence, query
+    block, kv head); scale None for 1/sqrt(head_dim); impl "simd", "scalar" or "reference".
+    """
+    return torch.ops.skim.sparse_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
+                                           row_ptr, col_idx, block_q, block_kv, causal,
+                                           0.0 if scale is None else float(scale), impl)
+
+
+def sparse_attention_table(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, ids, count,
+                           block_q, block_kv, causal=True, scale=None, impl="simd"):
+    """As sparse_attention, over a block table: ids int32 [rows, width], count int32 [rows]."""
+    return torch.ops.skim.sparse_attention_table(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
+                                                 max_seqlen_kv, ids, count, block_q, block_kv, causal,
+                                                 0.0 if scale is None else float(scale), impl)
+
+
+def simd_arch():
+    """The xsimd arch impl="simd" runs on this CPU ("avx512f", "avx2", "sse2", ...)."""
+    return torch.ops.skim.simd_arch()
+
+
+__all__ = ["library_path", "sparse_attention", "sparse_attention_table", "simd_arch"]
