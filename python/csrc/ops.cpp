@@ -28,17 +28,20 @@
 //  - Forward only: no autograd formula is registered.
 //
 // The Meta kernels give outputs of the right shape and dtype without computing anything, for
-// tracing with fake or meta tensors.
+// tracing with meta or fake tensors (torch.fx.experimental.proxy_tensor.make_fx with
+// tracing_mode="fake" on PyTorch 1.13; symbolic shapes need a Python meta function, not provided).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "request.hpp"
 
@@ -174,18 +177,27 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_table_cpu(
   return run(c, impl);
 }
 
-// Shapes only: o like q, lse float32 [tokens_q, heads_q].
-std::tuple<at::Tensor, at::Tensor> outputs_meta(const at::Tensor& q) {
-  TORCH_CHECK(q.dim() == 3, "skim: q must be [tokens, heads, head_dim], got ", q.dim(), " dimensions");
+// Shapes only: o like q, lse float32 [tokens_q, heads_q]; checks the dtypes, ranks and that every
+// tensor is a meta tensor (what can be checked without data).
+std::tuple<at::Tensor, at::Tensor> outputs_meta(std::initializer_list<const at::Tensor*> tensors,
+                                                const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  for (const at::Tensor* t : tensors) {
+    TORCH_CHECK(t->is_meta(), "skim: the Meta kernel takes meta tensors only, got one on ", t->device());
+  }
+  element_of(q, k, v);
+  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    TORCH_CHECK(t->dim() == 3, "skim: ", name, " must be [tokens, heads, head_dim], got ", t->dim(), " dimensions");
+  }
   return {at::empty({q.size(0), q.size(1), q.size(2)}, q.options()),
           at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat))};
 }
 
-std::tuple<at::Tensor, at::Tensor> sparse_attention_meta(const at::Tensor& q, const at::Tensor&, const at::Tensor&,
-                                                         const at::Tensor&, const at::Tensor&, std::int64_t,
-                                                         std::int64_t, const at::Tensor&, const at::Tensor&,
-                                                         std::int64_t, std::int64_t, bool, double, c10::string_view) {
-  return outputs_meta(q);
+std::tuple<at::Tensor, at::Tensor> sparse_attention_meta(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                         const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_kv,
+                                                         std::int64_t, std::int64_t, const at::Tensor& index_a,
+                                                         const at::Tensor& index_b, std::int64_t, std::int64_t, bool,
+                                                         double, c10::string_view) {
+  return outputs_meta({&q, &k, &v, &cu_seqlens_q, &cu_seqlens_kv, &index_a, &index_b}, q, k, v);
 }
 
 std::string simd_arch() { return skim_torch::simd_arch(); }
@@ -212,4 +224,11 @@ TORCH_LIBRARY_IMPL(skim, CPU, m) {
 TORCH_LIBRARY_IMPL(skim, Meta, m) {
   m.impl("sparse_attention", &sparse_attention_meta);
   m.impl("sparse_attention_table", &sparse_attention_meta);
+}
+
+// PyTorch 1.13 has no autograd fallthrough for meta tensors (it has one for CPU): without these,
+// meta inputs stop at AutogradMeta before reaching the Meta kernels.
+TORCH_LIBRARY_IMPL(skim, AutogradMeta, m) {
+  m.impl("sparse_attention", torch::CppFunction::makeFallthrough());
+  m.impl("sparse_attention_table", torch::CppFunction::makeFallthrough());
 }
