@@ -241,8 +241,9 @@ TEST_CASE("kv_quant: the engine's logits with an int8 or fp8 cache stay close to
 }
 
 TEST_CASE("kv_quant: token-by-token decode over a quantised cache follows the fp32 cache" * doctest::skip(model_missing())) {
-  const auto& [m, tok] = real_model();
-  std::vector<int> ids = story_ids(tok);
+  const auto& model_and_tok = real_model();
+  const auto& m = model_and_tok.m;  // not a structured binding: clang 14 cannot capture one in a lambda
+  std::vector<int> ids = story_ids(model_and_tok.tok);
   ids.resize(96);
   const auto v = static_cast<std::size_t>(m.cfg.vocab_size);
   const auto decode = [&](const char* s) {  // logits of every position, one token per call
