@@ -5,7 +5,8 @@
 // reference reads the list as a block index with block_kv = 1 (a key block per token), so it is
 // exactly the double-precision softmax over the listed keys. Also: bit-identical reruns, every output
 // written (buffers start as NaN), the device error word for bad positions / order / counts / pages,
-// host errors.
+// host errors. Quantised K/V (int8 and fp8 e4m3 codes with scales per block or per head,
+// support/quantized_case.hpp) against the same reference over the dequantised fp32 K/V.
 //
 // Run only these: skim_cuda_tests -tc='token_decode*'
 #include "cuda/support.cuh"
@@ -23,6 +24,7 @@
 #include "skim/exec/cuda/token_decode.cuh"
 #include "skim/index/block_table.hpp"
 #include "support/executor_cases.hpp"
+#include "support/quantized_case.hpp"
 #include "support/random_case.hpp"
 
 namespace {
@@ -120,17 +122,22 @@ struct device_list {
 
 // The reference over exactly the listed keys: the list read as a block_table of a problem with one
 // key per block (block_kv = 1), the same rows and the same causal mask.
-template <class TQ, class TKV>
-void reference_output(const random_case<TQ, TKV>& c, const host_list& h, output<float>& ref) {
+// kv: c's own K/V, or (quantised cases) the dequantised fp32 K/V.
+template <class TQ, class TKV, class KV>
+void reference_output(const random_case<TQ, TKV>& c, const host_list& h, const KV& kv, output<float>& ref) {
   problem p = c.prob();
   p.block_kv = 1;
   const index::block_table table{h.positions, h.count, h.width};
   REQUIRE(table.validate(p).ok());
-  const attention_args<TQ, contiguous_kv<TKV>, index::block_table, float> ra{
-      .prob = p, .q = c.q_view(), .kv = c.contiguous(), .index = table, .o = ref.view, .lse = ref.lse};
+  const attention_args<TQ, KV, index::block_table, float> ra{
+      .prob = p, .q = c.q_view(), .kv = kv, .index = table, .o = ref.view, .lse = ref.lse};
   const status st = exec::reference{}.run(ra, {});
   INFO("reference: " << std::string(st.message()));
   REQUIRE(st.ok());
+}
+template <class TQ, class TKV>
+void reference_output(const random_case<TQ, TKV>& c, const host_list& h, output<float>& ref) {
+  reference_output(c, h, c.contiguous(), ref);
 }
 
 template <class TO>
@@ -226,6 +233,103 @@ void with_kv(const random_case<TQ, TKV>& c, const tc::device_case<TQ, TKV>& dc, 
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Quantised K/V: 8-bit codes with scales per (sequence, block, kv head) or per kv head.
+
+// Decode and speculative shapes for quantised K/V: even and odd head dims, GQA 1/2/4, varlen batches
+// of 1..max_queries queries (and empty sequences), key blocks that end partial, both layouts.
+case_spec random_quantized_token_spec(std::mt19937& rng, std::int32_t max_queries) {
+  case_spec s = random_token_spec(rng);
+  s.head_dim = pick(rng, {33, 40, 57, 64, 72, 96, 128, 256});
+  s.heads_q = s.heads_kv * pick(rng, {1, 2, 4});
+  s.block_kv = pick(rng, {16, 17, 32, 64});  // the scales' key blocks
+  for (auto& l : s.seqs) {
+    if (l.q > 0) l.q = uniform(rng, 1, max_queries);
+  }
+  if (s.block_q > max_queries) s.block_q = max_queries;
+  return s;
+}
+
+// The codes and scales of a quantized_host on the device, in the layout c.spec asks for, as
+// device_quantized_kv sources over dc's strides and page table.
+template <class Code>
+struct device_codes {
+  tc::buffer<Code> k, v, k_pages, v_pages;
+  tc::buffer<float> k_scales, v_scales;
+  std::int64_t seq_stride = 0, block_stride = 0, head_stride = 1;
+
+  template <class T>
+  device_codes(const random_case<T, T>& c, const quantized_host<Code>& qh)
+      : k(stored(c, qh.k, false)), v(stored(c, qh.v, false)), k_pages(stored(c, qh.k_pages, true)),
+        v_pages(stored(c, qh.v_pages, true)), k_scales(qh.k_scales), v_scales(qh.v_scales),
+        seq_stride(qh.seq_stride), block_stride(qh.block_stride), head_stride(qh.head_stride) {}
+
+  template <class T>
+  [[nodiscard]] static std::vector<Code> stored(const random_case<T, T>& c, const std::vector<Code>& x, bool pages) {
+    if (!c.spec.kv_head_major) return x;
+    const std::int64_t d = c.spec.head_dim, h = c.spec.heads_kv;
+    const std::int64_t tokens = pages ? c.spec.page_size : static_cast<std::int64_t>(x.size()) / (d * h);
+    return heads_outside(x, pages ? c.num_pages : 1, tokens, h, d);
+  }
+  template <class Source>
+  [[nodiscard]] sc::device_quantized_kv<Source> quantize(const Source& codes) const {
+    return {codes, k_scales.data(), v_scales.data(), seq_stride, block_stride, head_stride};
+  }
+  template <class T>
+  [[nodiscard]] auto contiguous(const tc::device_case<T, T>& dc, const case_spec& s) const {
+    const auto cs = dc.contiguous(s);
+    return quantize(sc::device_contiguous_kv<Code>{.k = k.data(), .v = v.data(), .token_stride = cs.token_stride,
+                                                   .head_stride = cs.head_stride});
+  }
+  template <class T>
+  [[nodiscard]] auto paged(const tc::device_case<T, T>& dc, const random_case<T, T>& c) const {
+    const auto ps = dc.paged(c);
+    return quantize(sc::device_paged_kv<Code>{.k_pages = k_pages.data(), .v_pages = v_pages.data(),
+                                              .num_pages = ps.num_pages, .page_size = ps.page_size,
+                                              .page_stride = ps.page_stride, .token_stride = ps.token_stride,
+                                              .head_stride = ps.head_stride, .page_indptr = ps.page_indptr,
+                                              .page_indices = ps.page_indices});
+  }
+};
+
+// One case with Q of type TQ, output TO and K/V quantised to Code, on the contiguous and the paged
+// source, against the reference over the dequantised fp32 K/V and the same list.
+template <class TQ, class TO, class Code>
+void quantized_token_case(const case_spec& s, std::mt19937& rng, std::uint32_t seed) {
+  const random_case<TQ, TQ> c(s, rng);
+  const host_list hl = random_list(c.prob(), rng);
+  tc::device_case<TQ, TQ> dc(c);
+  const device_list dl(hl);
+  const sc::device_problem p = dc.prob(s);
+  const bool per_block = chance(rng, 0.6);
+  const std::int32_t max_blocks = p.max_kv_blocks() + uniform(rng, 0, 2);
+  const quantized_host<Code> qh(c, rng, per_block, max_blocks);
+  const device_codes<Code> codes(c, qh);
+  INFO("seed " << seed << ": " << s.describe() << (per_block ? ", scales per block" : ", scales per head"));
+  const sc::token_decode dec;
+  REQUIRE(dec.can_implement(p).ok());
+
+  output<float> ref(c.spec, c.tokens_q());
+  const std::int32_t tokens_kv = c.cu_kv.back();
+  const contiguous_kv<float> rkv{
+      .k = strided_view<const float>::token_major(qh.kf.data(), tokens_kv, s.heads_kv, s.head_dim),
+      .v = strided_view<const float>::token_major(qh.vf.data(), tokens_kv, s.heads_kv, s.head_dim),
+      .cu_seqlens_kv = {}};
+  reference_output(c, hl, rkv, ref);
+
+  const auto check = [&](const auto& kv, const char* source) {
+    INFO("source " << source);
+    const auto g = run_tokens<TO>(dec, dc, p, kv, dl.view(), c.tokens_q());
+    CHECK(g.error == 0u);
+    check_against(s, g, ref, c.tokens_q(), tolerance<TO>());
+    const auto again = run_tokens<TO>(dec, dc, p, kv, dl.view(), c.tokens_q());
+    CHECK(std::memcmp(g.o.data(), again.o.data(), g.o.size() * sizeof(TO)) == 0);
+    CHECK(std::memcmp(g.lse.data(), again.lse.data(), g.lse.size() * sizeof(float)) == 0);
+  };
+  check(codes.contiguous(dc, s), "contiguous");
+  check(codes.paged(dc, c), "paged");
+}
+
 }  // namespace
 
 TEST_CASE_TEMPLATE("token_decode random shapes against reference", Types,
@@ -256,6 +360,43 @@ TEST_CASE_TEMPLATE("token_decode random shapes against reference", Types,
       CHECK(std::memcmp(g.o.data(), again.o.data(), g.o.size() * sizeof(TO)) == 0);
       CHECK(std::memcmp(g.lse.data(), again.lse.data(), g.lse.size() * sizeof(float)) == 0);
     });
+  }
+}
+
+// Quantised K/V (int8, fp8 e4m3) under bf16 Q (fp32 O) and fp16 Q (fp16 O): random decode and
+// speculative shapes, both sources and layouts, scales per block or per head.
+TEST_CASE_TEMPLATE("token_decode quantized K/V against reference", Code, std::int8_t, skim::fp8_e4m3) {
+  const sc::token_decode dec;
+  for (int trial = 0; trial < 10; ++trial) {
+    const std::uint32_t seed = next_seed();
+    std::mt19937 rng(seed);
+    const case_spec s = random_quantized_token_spec(rng, dec.max_queries);
+    if (trial % 2 == 0) {
+      quantized_token_case<skim::bfloat16, float, Code>(s, rng, seed);
+    } else {
+      quantized_token_case<skim::half, skim::half, Code>(s, rng, seed);
+    }
+  }
+}
+
+// A small fixed quantised case for compute-sanitizer: both codes, both sources, both layouts,
+// partial blocks, decode and speculative rows, an odd head dim.
+TEST_CASE("token_decode small quantized: both codes and sources") {
+  for (const std::int32_t d : {72, 128}) {
+    for (const bool head_major : {false, true}) {
+      std::mt19937 rng(41u + static_cast<std::uint32_t>(d) + (head_major ? 1u : 0u));
+      case_spec s;
+      s.head_dim = d;
+      s.heads_kv = 2;
+      s.heads_q = 8;
+      s.block_q = 4;
+      s.block_kv = 16;
+      s.seqs = {{1, 50}, {3, 37}, {0, 20}, {1, 16}};
+      s.page_size = 24;
+      s.kv_head_major = head_major;
+      quantized_token_case<skim::bfloat16, float, skim::fp8_e4m3>(s, rng, 0);
+      quantized_token_case<skim::half, skim::half, std::int8_t>(s, rng, 0);
+    }
   }
 }
 
@@ -311,6 +452,30 @@ TEST_CASE("token_decode bad list content is skipped and reported") {
       dc.page_indices.upload(c.page_indices);
     }
   }
+  SUBCASE("quantised source: the same checks; a skipped position reads no scale") {
+    // Scales per block with no spare room: a skipped position far past the sequence would read far
+    // outside them (compute-sanitizer would see it).
+    const quantized_host<std::int8_t> qh(c, rng, true, p.max_kv_blocks());
+    const device_codes<std::int8_t> codes(c, qh);
+    const auto q_error_of = [&](const std::vector<std::vector<std::int32_t>>& rows, bool paged) {
+      host_list h;
+      h.rows = rows;
+      h.finish(1);
+      const device_list dl(h);
+      return paged ? run_tokens<float>(dec, dc, p, codes.paged(dc, c), dl.view(), c.tokens_q()).error
+                   : run_tokens<float>(dec, dc, p, codes.contiguous(dc, s), dl.view(), c.tokens_q()).error;
+    };
+    CHECK(q_error_of(good, false) == 0u);
+    CHECK(q_error_of(good, true) == 0u);
+    CHECK((q_error_of({{0, 17, 1 << 24}, {3, 4, 199}}, false) & sc::bad_block_id) != 0u);
+    CHECK((q_error_of({{0, 17, 299}, {-(1 << 24), 4, 199}}, true) & sc::bad_block_id) != 0u);
+    CHECK((q_error_of({{17, 0, 299}, {3, 4, 199}}, true) & sc::bad_order) != 0u);
+    std::vector<std::int32_t> pages = c.page_indices;
+    pages[1] = c.num_pages;  // sequence 0's tokens 16..31: position 17 is listed
+    dc.page_indices.upload(pages);
+    CHECK((q_error_of(good, true) & sc::bad_page) != 0u);
+    dc.page_indices.upload(c.page_indices);
+  }
 }
 
 TEST_CASE("token_decode host errors") {
@@ -361,4 +526,47 @@ TEST_CASE("token_decode host errors") {
   a = args(p);
   a.o.data = nullptr;
   CHECK(dec.run(a, {}, nullptr).code() == status_code::invalid_argument);
+
+  SUBCASE("quantised source: scales") {
+    std::vector<std::int8_t> k8(c.k.size()), v8(c.k.size());
+    for (auto* x : {&k8, &v8}) {
+      for (std::int8_t& e : *x) e = random_code<std::int8_t>(rng);
+    }
+    std::vector<float> scales(static_cast<std::size_t>(s.heads_kv));
+    for (float& x : scales) x = std::uniform_real_distribution<float>(0.01f, 0.05f)(rng);
+    const tc::buffer<std::int8_t> kb(k8), vb(v8);
+    const tc::buffer<float> sb(scales);
+    using source = sc::device_contiguous_kv<std::int8_t>;
+    using quantized = sc::device_quantized_kv<source>;
+    const source codes{.k = kb.data(), .v = vb.data(), .token_stride = s.heads_kv * s.head_dim, .head_stride = s.head_dim};
+    const auto qargs = [&](const quantized& kv) {
+      return sc::device_token_args<skim::bfloat16, quantized, float>{
+          .prob = p,
+          .q = sc::device_view<const skim::bfloat16>::token_major(dc.q.data(), p.heads_q, p.head_dim),
+          .kv = kv,
+          .tokens = dl.view(),
+          .o = sc::device_view<float>::token_major(o.data(), p.heads_q, p.head_dim),
+          .lse = nullptr};
+    };
+    const quantized kv = quantized::per_head(codes, sb.data(), sb.data());
+    for (const bool k_side : {true, false}) {
+      quantized null_scales = kv;
+      (k_side ? null_scales.k_scales : null_scales.v_scales) = nullptr;
+      const status ns = dec.run(qargs(null_scales), {}, nullptr);
+      CHECK(ns.code() == status_code::invalid_argument);
+      CHECK(std::string(ns.message()).find("scales") != std::string::npos);
+    }
+    quantized negative = kv;
+    negative.scale_seq_stride = -1;
+    CHECK(dec.run(qargs(negative), {}, nullptr).code() == status_code::invalid_argument);
+    quantized misaligned = kv;  // never read: the check fails first
+    misaligned.v_scales = reinterpret_cast<const float*>(reinterpret_cast<std::uintptr_t>(sb.data()) + 2);
+    CHECK(dec.run(qargs(misaligned), {}, nullptr).code() == status_code::misaligned);
+    quantized null_codes = kv;
+    null_codes.codes.k = nullptr;
+    CHECK(dec.run(qargs(null_codes), {}, nullptr).code() == status_code::invalid_argument);
+    CHECK(dec.run(qargs(kv), {}, nullptr).ok());
+    SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+    CHECK(dc.error_bits() == 0u);
+  }
 }

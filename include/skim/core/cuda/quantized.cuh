@@ -14,8 +14,9 @@
 //   per_head(codes, ks, vs)                            ks, vs: [heads_kv] (one scale per head)
 //   any strides ≥ 0                                    a per-tensor scale is strides 0, 0, 0
 //
-// Executors that read a quantised source (cuda::decode's CUDA-core kernel, the device summaries)
-// fold the scales into their fp32 arithmetic; they never read a scale for a block outside the
+// Executors that read a quantised source (cuda::decode's two split kernels, cuda::prefill's
+// mma.sync kernel, cuda::token_decode, the device summaries) fold the scales into their fp32
+// arithmetic; they never read a scale for a block outside the
 // sequence's visible blocks. Scale content is not checked (a NaN scale gives NaN outputs, as a NaN
 // key would); the arrays must hold every (b < batch, j < max_kv_blocks, h < heads_kv) entry their
 // strides address.

@@ -25,17 +25,24 @@
 // fp32 rounding plus the output's own rounding.
 //
 // Cost per unit: count · head_dim elements of K and of V read once per pass of 4 rows (a decode
-// GQA group of 4 is one pass), scalar loads of 2 or 4 bytes per lane (coalesced within a row), and
-// no tensor cores: a gather kernel for lists of thousands of tokens, not a dense one.
+// GQA group of 4 is one pass), scalar loads of 1, 2 or 4 bytes per lane (coalesced within a row; a
+// quantised source adds its K and V scale per entry), and no tensor cores: a gather kernel for lists
+// of thousands of tokens, not a dense one.
 //
 // Contracts
 //  - Types: Q and K/V skim::bfloat16, skim::half or float (fp32 inside), O the same or float.
-//    Any strides (rows of head_dim elements, element-aligned).
+//    K/V may instead be quantised (core/cuda/quantized.cuh): a device_quantized_kv over a contiguous
+//    or paged source of std::int8_t or skim::fp8_e4m3 codes, element e of key t of sequence b, kv head
+//    h being fp32(scale(b, t / block_kv, h) · code) (exactly exec::reference's dequantised K/V); a
+//    scale is read only for a listed position that passed the checks below (inside the row's
+//    visible keys, in order, on a good page). Any strides (rows of head_dim elements,
+//    element-aligned; scales float-aligned).
 //  - head_dim <= 256; max_seqlen_q <= max_queries (decode and speculative rows; prefill belongs to
 //    exec::token_gather or a prefill executor); grid: batch · max_q_blocks <= 2^31 - 1 units,
 //    index_heads <= 65535 (status unsupported otherwise).
-//  - Host checks (status): the problem, the K/V source's scalars, Q and O views, the list's
-//    pointers and sizes (rows >= 0, width >= 0), max_queries, head_dim.
+//  - Host checks (status): the problem, the K/V source's scalars (a quantised one's scale pointers
+//    and strides too), Q and O views, the list's pointers and sizes (rows >= 0, width >= 0),
+//    max_queries, head_dim, the pointers' element alignment.
 //  - Device content is never trusted: a sequence longer than the host's bounds is skipped and its
 //    outputs are not written (bad_seqlen); a list row at or past `rows`, or a count outside
 //    [0, width], is clamped and reported (bad_count); a position outside [0, visible keys of the
@@ -56,6 +63,7 @@
 
 #include "skim/core/cuda/common.cuh"
 #include "skim/core/cuda/launch.cuh"
+#include "skim/core/cuda/quantized.cuh"
 #include "skim/core/status.hpp"
 #include "skim/core/workspace.hpp"
 #include "skim/index/cuda/device_index.cuh"
@@ -101,7 +109,7 @@ template <class TQ, class KV, class TO>
 struct device_token_args {
   device_problem prob;
   device_view<const TQ> q;   // [tokens_q, heads_q, head_dim]
-  KV kv;                     // device_contiguous_kv or device_paged_kv
+  KV kv;                     // device_contiguous_kv, device_paged_kv or device_quantized_kv of either
   device_token_list tokens;  // one row per (sequence, query block, index head)
   device_view<TO> o;         // [tokens_q, heads_q, head_dim]
   float* lse = nullptr;      // optional [tokens_q, heads_q] token-major
@@ -133,6 +141,19 @@ __device__ __forceinline__ bool kv_rows(const device_paged_kv<T>& s, const devic
   v = s.v_pages + off;
   return true;
 }
+// A quantised source: its codes' rows, and the K and V scales of the token's key block.
+// @pre 0 <= t < the row's visible keys (no scale is read for a token that fails the source's check)
+template <class Source>
+__device__ __forceinline__ bool kv_rows(const device_quantized_kv<Source>& s, const device_row& r, std::int32_t b,
+                                        std::int32_t t, std::int32_t h, std::int32_t block_kv,
+                                        const typename Source::value_type*& k, const typename Source::value_type*& v,
+                                        float& k_scale, float& v_scale) noexcept {
+  if (!kv_rows(s.codes, r, b, t, h, k, v)) return false;
+  const std::int64_t at = s.scale_index(b, t / block_kv, h);
+  k_scale = s.k_scales[at];
+  v_scale = s.v_scales[at];
+  return true;
+}
 
 // q_block_offset(p, b) by a whole warp (lanes stride over the sequences). @pre all lanes call it.
 [[nodiscard]] __device__ __forceinline__ std::int64_t warp_q_block_offset(const device_problem& p,
@@ -161,6 +182,7 @@ __global__ void __launch_bounds__(threads) token_decode_kernel(device_token_args
   __shared__ float part_o[warps][rows_per_pass][max_head_dim];
   __shared__ float part_m[warps][rows_per_pass];
   __shared__ float part_l[warps][rows_per_pass];
+  constexpr bool quantized = is_device_quantized_kv_v<KV>;
 
   const device_problem& p = a.prob;
   const std::int32_t b = static_cast<std::int32_t>(blockIdx.x / static_cast<unsigned>(q_blocks));
@@ -229,7 +251,14 @@ __global__ void __launch_bounds__(threads) token_decode_kernel(device_token_args
       }
       const typename KV::value_type* kr = nullptr;
       const typename KV::value_type* vr = nullptr;
-      if (!kv_rows(a.kv, row, b, pos, kv_head, kr, vr)) {
+      float k_scale = 1.0f, v_scale = 1.0f;  // a quantised source's scales of pos's key block
+      bool readable = false;
+      if constexpr (quantized) {
+        readable = kv_rows(a.kv, row, b, pos, kv_head, p.block_kv, kr, vr, k_scale, v_scale);
+      } else {
+        readable = kv_rows(a.kv, row, b, pos, kv_head, kr, vr);
+      }
+      if (!readable) {
         if (lane == 0 && r0 == 0) report(p, bad_page);
         continue;
       }
@@ -237,8 +266,13 @@ __global__ void __launch_bounds__(threads) token_decode_kernel(device_token_args
 #pragma unroll
       for (int c = 0; c < max_dims_per_lane; ++c) {
         const std::int32_t e = lane + 32 * c;
-        k[c] = e < d ? skim::cuda::to_float(kr[e]) : 0.0f;
-        v[c] = e < d ? skim::cuda::to_float(vr[e]) : 0.0f;
+        if constexpr (quantized) {  // fp32(scale · code): the reference's dequantised values
+          k[c] = e < d ? k_scale * skim::cuda::to_float(kr[e]) : 0.0f;
+          v[c] = e < d ? v_scale * skim::cuda::to_float(vr[e]) : 0.0f;
+        } else {
+          k[c] = e < d ? skim::cuda::to_float(kr[e]) : 0.0f;
+          v[c] = e < d ? skim::cuda::to_float(vr[e]) : 0.0f;
+        }
       }
 #pragma unroll
       for (int r = 0; r < rows_per_pass; ++r) {
@@ -334,8 +368,10 @@ struct token_decode {
     using TKV = typename KV::value_type;
     static_assert(is_device_element_v<TQ> || std::is_same_v<TQ, float>,
                   "cuda::token_decode: Q must be skim::bfloat16, skim::half or float");
-    static_assert(is_device_element_v<TKV> || std::is_same_v<TKV, float>,
-                  "cuda::token_decode: K/V must be skim::bfloat16, skim::half or float");
+    static_assert(is_device_quantized_kv_v<KV> ? is_device_code_v<TKV>
+                                               : (is_device_element_v<TKV> || std::is_same_v<TKV, float>),
+                  "cuda::token_decode: K/V must be skim::bfloat16, skim::half or float, or a device_quantized_kv of "
+                  "std::int8_t / skim::fp8_e4m3 codes");
     static_assert(is_device_element_v<TO> || std::is_same_v<TO, float>,
                   "cuda::token_decode: O must be skim::bfloat16, skim::half or float");
     const device_problem& p = a.prob;
@@ -357,7 +393,20 @@ struct token_decode {
   }
 
  private:
-  // Element alignment of every pointer the kernel reads or writes through (cudaMalloc gives more).
+  // K and V base pointers of a contiguous or paged source.
+  template <class T>
+  static void kv_pointers(const device_contiguous_kv<T>& s, const void*& k, const void*& v) noexcept {
+    k = s.k;
+    v = s.v;
+  }
+  template <class T>
+  static void kv_pointers(const device_paged_kv<T>& s, const void*& k, const void*& v) noexcept {
+    k = s.k_pages;
+    v = s.v_pages;
+  }
+
+  // Element alignment of every pointer the kernel reads or writes through (cudaMalloc gives more):
+  // a quantised source's codes are bytes, its scales floats.
   template <class TQ, class KV, class TO>
   [[nodiscard]] static status check_alignment(const device_token_args<TQ, KV, TO>& a) noexcept {
     using TKV = typename KV::value_type;
@@ -366,16 +415,17 @@ struct token_decode {
     };
     const void* k = nullptr;
     const void* v = nullptr;
-    if constexpr (std::is_same_v<KV, device_contiguous_kv<TKV>>) {
-      k = a.kv.k;
-      v = a.kv.v;
+    bool scales_misaligned = false;
+    if constexpr (is_device_quantized_kv_v<KV>) {
+      kv_pointers(a.kv.codes, k, v);
+      scales_misaligned = misaligned(a.kv.k_scales, sizeof(float)) || misaligned(a.kv.v_scales, sizeof(float));
     } else {
-      k = a.kv.k_pages;
-      v = a.kv.v_pages;
+      kv_pointers(a.kv, k, v);
     }
     if (misaligned(a.q.data, sizeof(TQ)) || misaligned(a.o.data, sizeof(TO)) || misaligned(k, sizeof(TKV)) ||
-        misaligned(v, sizeof(TKV)) || misaligned(a.lse, sizeof(float))) {
-      return status::error(status_code::misaligned, "cuda::token_decode: Q, K, V, O or lse not aligned to its element");
+        misaligned(v, sizeof(TKV)) || misaligned(a.lse, sizeof(float)) || scales_misaligned) {
+      return status::error(status_code::misaligned,
+                           "cuda::token_decode: Q, K, V, O, lse or K/V scales not aligned to its element");
     }
     return status::success();
   }
