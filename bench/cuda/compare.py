@@ -242,13 +242,13 @@ def timed_first_call(fn):
     return time.time() - t0, True
 
 
-def sweep_shapes(quick):
-    """(batch, n, heads_q, heads_kv, head_dim): head_dim 128 first (the budgets cut from the end), kv heads
-    8, 4, 32 (GQA 4, 8, 1), batch 1..64 (N = 32K, 16K at batch 64: K/V at most 17.2 GB); quick: three
-    small shapes touching every axis."""
+def sweep_shapes(quick, dims=(128, 64)):
+    """(batch, n, heads_q, heads_kv, head_dim): head dims in `dims`' order (the budgets cut from the end),
+    kv heads 8, 4, 32 (GQA 4, 8, 1), batch 1..64 (N = 32K, 16K at batch 64: K/V at most 17.2 GB); quick:
+    three small shapes touching every axis."""
     if quick:
         return [(1, 8192, 32, 8, 128), (4, 8192, 32, 32, 64), (16, 8192, 32, 4, 128)]
-    return [(b, n, 32, hkv, d) for d in (128, 64) for hkv in (8, 4, 32)
+    return [(b, n, 32, hkv, d) for d in dims for hkv in (8, 4, 32)
             for b, n in ((1, 32768), (4, 32768), (16, 32768), (64, 16384))]
 
 
@@ -337,7 +337,7 @@ def sweep_shape(runner, out, shape, blocks, pages, flex_on):
     return rows, compile_s
 
 
-def sweep(runner, out, quick, budget_s, flex_budget_s):
+def sweep(runner, out, quick, budget_s, flex_budget_s, dims=(128, 64)):
     """The shape sweep: rows for every shape, printed as one table and written to OUT/sweep.json."""
     for limit in ("recompile_limit", "cache_size_limit"):  # a compile per shape; past the limit Dynamo would run eager
         if hasattr(torch._dynamo.config, limit):
@@ -347,7 +347,7 @@ def sweep(runner, out, quick, budget_s, flex_budget_s):
                 pass
     if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):  # an error (reported), never eager timings
         torch._dynamo.config.fail_on_recompile_limit_hit = True
-    shapes, pages, blocks = sweep_shapes(quick), (16, 64), 16
+    shapes, pages, blocks = sweep_shapes(quick, dims), (16, 64), 16
     start, flex_s, rows, done, skipped = time.time(), 0.0, [], [], []
     for i, shape in enumerate(shapes):
         elapsed = time.time() - start
@@ -399,6 +399,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
     ap.add_argument("--only", default="decode,prefill", help="decode, prefill, sweep (comma-separated)")
+    ap.add_argument("--sweep-dims", default="128,64",
+                    help="sweep: head dims, in order (one call per head dim halves a call's time)")
     ap.add_argument("--sweep-budget", type=float, default=330.0,
                     help="sweep: seconds after which no further shape starts")
     ap.add_argument("--flex-budget", type=float, default=200.0,
@@ -425,7 +427,8 @@ def main():
             rate = "-" if r["rate"] is None else f"{r['rate']:.2f} {r['unit']}"
             print(f"{r['work']:<40} {r['impl']:<6} {ms:>9} {rate:>14}")
     if "sweep" in only:
-        sweep(args.runner, args.out, args.quick, args.sweep_budget, args.flex_budget)
+        sweep(args.runner, args.out, args.quick, args.sweep_budget, args.flex_budget,
+              tuple(int(d) for d in args.sweep_dims.split(",")))
 
 
 if __name__ == "__main__":
