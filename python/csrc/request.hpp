@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kinds.hpp"
 #include "skim/core/attention_args.hpp"
 #include "skim/core/dtypes.hpp"
 #include "skim/core/problem.hpp"
@@ -21,8 +22,6 @@
 
 namespace skim_torch {
 
-enum class element_type : std::uint8_t { f32, f16, bf16 };  // torch.float32, float16, bfloat16
-enum class index_kind : std::uint8_t { block_csr, block_table };
 
 // One [tokens, heads, head_dim] tensor: element (t, h, d) at data[t·token_stride + h·head_stride + d].
 struct tensor_view {
@@ -31,10 +30,22 @@ struct tensor_view {
   std::int64_t token_stride = 0, head_stride = 0;  // in elements
 };
 
+// Paged K/V (skim::paged_kv's layout, FlashInfer's): key t of sequence b in page
+// page_indices[page_indptr[b] + t / page_size], slot t % page_size; strides in elements.
+struct pages_view {
+  const void* k_pages = nullptr;
+  const void* v_pages = nullptr;
+  std::int32_t num_pages = 0, page_size = 0;
+  std::int64_t page_stride = 0, token_stride = 0, head_stride = 0;
+  std::span<const std::int32_t> page_indptr, page_indices;
+};
+
 struct request {
   skim::problem prob;                   // cu_seqlens spans point into the caller's int32 tensors
   element_type type = element_type::f32;  // of Q, K, V and O
-  tensor_view q, k, v;
+  tensor_view q, k, v;                  // k, v: kv_kind::contiguous
+  kv_kind kv = kv_kind::contiguous;
+  pages_view pages;                     // kv_kind::paged
   void* o = nullptr;                    // [tokens_q, heads_q, head_dim], densely packed, of `type`
   std::span<float> lse;                 // [tokens_q · heads_q], token-major
   index_kind index = index_kind::block_csr;
@@ -53,23 +64,44 @@ struct request {
 // xsimd name ("sse2" on x86-64).
 [[nodiscard]] const char* simd_arch() noexcept;
 
-// Calls f(args) with the skim::attention_args of the request's element type and index kind.
+// Calls f(args) with the skim::attention_args of the request's K/V source over element type T
+// and the request's index kind.
+template <class T, class KV, class F>
+[[nodiscard]] skim::status visit_index(const request& r, const KV& kv, F&& f) {
+  const skim::strided_view<const T> q{static_cast<const T*>(r.q.data), r.q.tokens,       r.q.heads,
+                                      r.q.head_dim,                    r.q.token_stride, r.q.head_stride};
+  const auto o = skim::strided_view<T>::token_major(static_cast<T*>(r.o), r.q.tokens, r.q.heads, r.q.head_dim);
+  if (r.index == index_kind::block_csr) {
+    const skim::attention_args<T, KV, skim::index::block_csr, T> a{
+        .prob = r.prob, .q = q, .kv = kv, .index = {r.row_ptr, r.col_idx}, .o = o, .lse = r.lse};
+    return f(a);
+  }
+  const skim::attention_args<T, KV, skim::index::block_table, T> a{
+      .prob = r.prob, .q = q, .kv = kv, .index = {r.ids, r.count, r.width}, .o = o, .lse = r.lse};
+  return f(a);
+}
+
+// Calls f(args) with the skim::attention_args of the request's element type T, K/V kind and index kind.
 template <class T, class F>
 [[nodiscard]] skim::status visit_typed(const request& r, F&& f) {
+  if (r.kv == kv_kind::paged) {
+    const pages_view& p = r.pages;
+    const skim::paged_kv<T> kv{.k_pages = static_cast<const T*>(p.k_pages),
+                               .v_pages = static_cast<const T*>(p.v_pages),
+                               .num_pages = p.num_pages,
+                               .page_size = p.page_size,
+                               .page_stride = p.page_stride,
+                               .token_stride = p.token_stride,
+                               .head_stride = p.head_stride,
+                               .page_indptr = p.page_indptr,
+                               .page_indices = p.page_indices};
+    return visit_index<T>(r, kv, f);
+  }
   const auto input = [](const tensor_view& t) {
     return skim::strided_view<const T>{static_cast<const T*>(t.data), t.tokens,     t.heads,
                                        t.head_dim,                     t.token_stride, t.head_stride};
   };
-  const auto o = skim::strided_view<T>::token_major(static_cast<T*>(r.o), r.q.tokens, r.q.heads, r.q.head_dim);
-  const skim::contiguous_kv<T> kv{.k = input(r.k), .v = input(r.v)};
-  if (r.index == index_kind::block_csr) {
-    const skim::attention_args<T, skim::contiguous_kv<T>, skim::index::block_csr, T> a{
-        .prob = r.prob, .q = input(r.q), .kv = kv, .index = {r.row_ptr, r.col_idx}, .o = o, .lse = r.lse};
-    return f(a);
-  }
-  const skim::attention_args<T, skim::contiguous_kv<T>, skim::index::block_table, T> a{
-      .prob = r.prob, .q = input(r.q), .kv = kv, .index = {r.ids, r.count, r.width}, .o = o, .lse = r.lse};
-  return f(a);
+  return visit_index<T>(r, skim::contiguous_kv<T>{.k = input(r.k), .v = input(r.v)}, f);
 }
 
 template <class F>

@@ -1,4 +1,5 @@
-"""skim's CPU block-sparse attention as PyTorch operators (torch.ops.skim.*).
+"""skim's block-sparse attention as PyTorch operators (torch.ops.skim.*), on the CPU and, where the
+library was built with its CUDA kernels (scripts/python-cuda), on CUDA tensors.
 
 Importing the package loads the compiled operator library (libskim_torch.so), found in this
 order: the path in $SKIM_TORCH_LIBRARY, this package's directory, then build/python/ of the skim
@@ -41,12 +42,14 @@ _load()
 
 
 def sparse_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, row_ptr, col_idx,
-                     block_q, block_kv, causal=True, scale=None, impl="simd"):
+                     block_q, block_kv, causal=True, scale=None, impl="auto"):
     """Block-sparse attention over a block CSR index; returns (o, lse).
 
     q [tokens_q, heads_q, head_dim], k and v [tokens_kv, heads_kv, head_dim] (packed varlen, int32
     cu_seqlens of batch + 1 entries); row_ptr and col_idx: int32, one row per (sequence, query
-    block, kv head); scale None for 1/sqrt(head_dim); impl "simd", "scalar" or "reference".
+    block, kv head); scale None for 1/sqrt(head_dim). impl on the CPU: "auto" (= "simd"), "simd",
+    "scalar" or "reference"; on CUDA: "auto" (decode for 1 to 8 queries per sequence, else
+    prefill), "decode" or "prefill".
     """
     return torch.ops.skim.sparse_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
                                            row_ptr, col_idx, block_q, block_kv, causal,
@@ -54,11 +57,42 @@ def sparse_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seq
 
 
 def sparse_attention_table(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, ids, count,
-                           block_q, block_kv, causal=True, scale=None, impl="simd"):
+                           block_q, block_kv, causal=True, scale=None, impl="auto"):
     """As sparse_attention, over a block table: ids int32 [rows, width], count int32 [rows]."""
     return torch.ops.skim.sparse_attention_table(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
                                                  max_seqlen_kv, ids, count, block_q, block_kv, causal,
                                                  0.0 if scale is None else float(scale), impl)
+
+
+def sparse_attention_paged(q, k_pages, v_pages, page_indptr, page_indices, cu_seqlens_q, cu_seqlens_kv,
+                           max_seqlen_q, max_seqlen_kv, ids, count, block_q, block_kv, causal=True, scale=None,
+                           layout="NHD", impl="auto"):
+    """As sparse_attention_table, over paged K/V: k_pages and v_pages [num_pages, page_size,
+    heads_kv, head_dim] (layout "NHD") or [num_pages, heads_kv, page_size, head_dim] ("HND");
+    sequence b's key t in page page_indices[page_indptr[b] + t // page_size]; cu_seqlens_kv gives
+    each sequence's key count."""
+    return torch.ops.skim.sparse_attention_paged(q, k_pages, v_pages, page_indptr, page_indices, cu_seqlens_q,
+                                                 cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, ids, count, block_q,
+                                                 block_kv, causal, 0.0 if scale is None else float(scale), layout,
+                                                 impl)
+
+
+def bhnd_pages(k, v):
+    """A [B, H, N, D] K/V cache as sparse_attention_paged's arguments: (k_pages, v_pages, page_indptr,
+    page_indices, layout), page b holding sequence b's N key slots (layout "HND"). Sequence b's key
+    count, at most N, comes from cu_seqlens_kv."""
+    batch = k.shape[0]
+    indptr = torch.arange(batch + 1, dtype=torch.int32, device=k.device)
+    indices = torch.arange(batch, dtype=torch.int32, device=k.device)
+    return k, v, indptr, indices, "HND"
+
+
+def has_cuda_kernels():
+    """Whether the loaded library has the operators' CUDA kernels (built by scripts/python-cuda)."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key("skim::sparse_attention", "CUDA")
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def simd_arch():
@@ -66,4 +100,5 @@ def simd_arch():
     return torch.ops.skim.simd_arch()
 
 
-__all__ = ["library_path", "sparse_attention", "sparse_attention_table", "simd_arch"]
+__all__ = ["library_path", "sparse_attention", "sparse_attention_table", "sparse_attention_paged", "bhnd_pages",
+           "has_cuda_kernels", "simd_arch"]

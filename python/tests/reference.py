@@ -140,3 +140,44 @@ def attention_float64(case, scale=None):
         o[q0:q1] = (p @ v).transpose(0, 1)
         lse[q0:q1] = row_lse.transpose(0, 1)
     return o, lse
+
+
+def paged(case, page_size, layout, gen, spare_pages=3):
+    """case's K/V as sparse_attention_paged's pages: each sequence's keys on its own pages, the pages
+    in a random order in a pool with `spare_pages` pages of random values no sequence owns (never to
+    be read). Returns (k_pages, v_pages, page_indptr, page_indices), layout "NHD" or "HND"."""
+    heads_kv, d = case.k.shape[1], case.k.shape[2]
+    lengths = (case.cu_kv[1:] - case.cu_kv[:-1]).tolist()
+    counts = [ceil_div(n, page_size) for n in lengths]
+    total = sum(counts) + spare_pages
+    order = torch.randperm(total, generator=gen).to(torch.int32)
+    k_pages = torch.randn(total, page_size, heads_kv, d, generator=gen).to(case.k.dtype)
+    v_pages = torch.randn(total, page_size, heads_kv, d, generator=gen).to(case.k.dtype)
+    indptr, indices, used = [0], [], 0
+    for b, n in enumerate(lengths):
+        k0 = int(case.cu_kv[b])
+        for p in range(counts[b]):
+            page = int(order[used])
+            used += 1
+            indices.append(page)
+            t0, t1 = p * page_size, min((p + 1) * page_size, n)
+            k_pages[page, :t1 - t0] = case.k[k0 + t0:k0 + t1]
+            v_pages[page, :t1 - t0] = case.v[k0 + t0:k0 + t1]
+        indptr.append(len(indices))
+    if layout == "HND":
+        k_pages = k_pages.transpose(1, 2).contiguous()
+        v_pages = v_pages.transpose(1, 2).contiguous()
+    return (k_pages, v_pages, torch.tensor(indptr, dtype=torch.int32), torch.tensor(indices, dtype=torch.int32))
+
+
+def padded_bhnd(case, n, gen):
+    """case's K/V as [B, heads_kv, n, head_dim] tensors (sequence b's keys first, random values after
+    them: never to be read), n >= every sequence's key count."""
+    batch, heads_kv, d = len(case.cu_kv) - 1, case.k.shape[1], case.k.shape[2]
+    k = torch.randn(batch, heads_kv, n, d, generator=gen).to(case.k.dtype)
+    v = torch.randn(batch, heads_kv, n, d, generator=gen).to(case.k.dtype)
+    for b in range(batch):
+        k0, k1 = int(case.cu_kv[b]), int(case.cu_kv[b + 1])
+        k[b, :, :k1 - k0] = case.k[k0:k1].transpose(0, 1)
+        v[b, :, :k1 - k0] = case.v[k0:k1].transpose(0, 1)
+    return k, v

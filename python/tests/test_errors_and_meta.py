@@ -52,7 +52,7 @@ ERRORS = [
     (dict(cu_seqlens_q=torch.tensor([0, 5])), "skim: cu_seqlens_q must be int32, got Long"),
     (dict(k=torch.randn(5, 1, 8).half()), "skim: q, k and v must have one dtype, got Float, Half and Float"),
     (dict(max_seqlen_q=4), "skim: max_seqlen_q = 4 < length 5 of sequence 0"),
-    (dict(impl="cuda"), 'skim: impl must be "simd", "scalar" or "reference", got "cuda"'),
+    (dict(impl="cuda"), 'skim: impl on the CPU must be "auto", "simd", "scalar" or "reference", got "cuda"'),
     (dict(block_kv=2 ** 31), "skim: block_kv = 2147483648 does not fit in int32"),
 ]
 
