@@ -65,6 +65,29 @@ struct request {
   executor exec = executor::automatic;
 };
 
+// A routed decode step (skim::cuda::decode_step over skim's default multi-centroid summaries):
+// append each sequence's newest key to its block's summary, score every block against the query,
+// keep the sink, local and top-k blocks per kv head, attend over them. The summaries, the selection
+// table and the workspaces live in `state` (state_bytes of device memory the caller keeps between
+// steps; the same problem, budget and state every call).
+struct step_request {
+  request attention;  // the problem (max_seqlen_q 1), q, K/V, o and lse; its index and exec are unused
+  std::int32_t top_k = 0, sink_blocks = 0, local_blocks = 0;
+  void* state = nullptr;
+  std::size_t state_bytes = 0;
+};
+
+// Device bytes the step's state takes (summaries, table, workspaces); an error status where
+// decode_step refuses the problem or the budget.
+[[nodiscard]] skim::status step_state_bytes(const step_request& r, std::size_t& bytes) noexcept;
+// Summarises every key of every sequence into the state (after prefill, or to start over).
+[[nodiscard]] skim::status step_prefill(const step_request& r, cudaStream_t stream) noexcept;
+// One step: o, lse, and the selection copied to ids [batch · heads_kv, width] and count [batch · heads_kv].
+[[nodiscard]] skim::status step_run(const step_request& r, std::int32_t* ids, std::int32_t* count, std::int32_t& width,
+                                    cudaStream_t stream) noexcept;
+// The width of the step's selection table (its most ids per row).
+[[nodiscard]] skim::status step_width(const step_request& r, std::int32_t& width) noexcept;
+
 // The executor that runs r (never automatic) and the device workspace it needs, in bytes; an
 // error status when the executor asked for (or, for automatic, neither) accepts the problem.
 [[nodiscard]] skim::status plan(const request& r, executor& chosen, std::size_t& workspace_bytes) noexcept;

@@ -244,6 +244,21 @@ TORCH_LIBRARY(skim, m) {
       "Tensor cu_seqlens_q, Tensor cu_seqlens_kv, int max_seqlen_q, int max_seqlen_kv, Tensor ids, Tensor count, "
       "int block_q, int block_kv, bool causal, float scale=0., str layout=\"NHD\", str impl=\"auto\") "
       "-> (Tensor o, Tensor lse)");
+  // The routed decode step (CUDA): state is a uint8 tensor of decode_step_state_bytes(...) bytes the
+  // caller keeps between steps (skim's summaries, the selection table, workspaces).
+  m.def(
+      "decode_step_state_bytes(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_kv, int max_seqlen_kv, int block_kv, "
+      "int top_k, int sink_blocks=1, int local_blocks=8, Tensor? page_indptr=None, Tensor? page_indices=None, "
+      "str layout=\"NHD\") -> int");
+  m.def(
+      "decode_step_prefill(Tensor(a!) state, Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_kv, int max_seqlen_kv, "
+      "int block_kv, int top_k, int sink_blocks=1, int local_blocks=8, Tensor? page_indptr=None, "
+      "Tensor? page_indices=None, str layout=\"NHD\") -> ()");
+  m.def(
+      "decode_step(Tensor(a!) state, Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_kv, int max_seqlen_kv, "
+      "int block_kv, int top_k, int sink_blocks=1, int local_blocks=8, Tensor? page_indptr=None, "
+      "Tensor? page_indices=None, str layout=\"NHD\", float scale=0.) -> (Tensor o, Tensor lse, Tensor ids, "
+      "Tensor count)");
   m.def("simd_arch() -> str", &simd_arch_name);
 }
 

@@ -8,9 +8,11 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -20,6 +22,13 @@
 namespace {
 
 using namespace skim_torch;
+
+// `Tensor?` arguments: c10::optional before PyTorch 2 (where it became std::optional).
+#if TORCH_VERSION_MAJOR >= 2
+using optional_tensor = std::optional<at::Tensor>;
+#else
+using optional_tensor = c10::optional<at::Tensor>;
+#endif
 
 gpu::executor executor_of(c10::string_view impl) {
   if (impl == "auto") return gpu::executor::automatic;
@@ -159,10 +168,127 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_paged_cuda(
   return run(r, q);
 }
 
+// --- The routed decode step ---------------------------------------------------------------------------
+
+// A step's request: q [batch, heads_q, head_dim] (one query per sequence), K/V contiguous
+// [tokens, heads_kv, head_dim] or, with page_indptr, pages in `layout`; the state's memory if given.
+gpu::step_request make_step(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& cu_seqlens_kv, std::int64_t max_seqlen_kv, std::int64_t block_kv,
+                            std::int64_t top_k, std::int64_t sink_blocks, std::int64_t local_blocks,
+                            const optional_tensor& page_indptr, const optional_tensor& page_indices,
+                            c10::string_view layout, double scale, at::Tensor& cu_seqlens_q) {
+  const element_type type = element_of(q, k, v);
+  const bool paged = page_indptr.has_value();
+  std::int32_t heads_kv = 0;
+  pages g;
+  if (paged) {
+    g = paged_rows(k, v, layout, q.device());
+    heads_kv = g.heads;
+  } else {
+    heads_kv = to_int32(k.dim() == 3 ? k.size(1) : 0, "heads_kv");
+  }
+  // One query per sequence: cu_seqlens_q = 0, 1, ..., batch (made on the device, capturable).
+  cu_seqlens_q = at::arange(cu_seqlens_kv.numel(), cu_seqlens_kv.options());
+  gpu::step_request r;
+  r.attention = make_request(q, type, heads_kv, cu_seqlens_q, cu_seqlens_kv, 1, max_seqlen_kv, 1, block_kv, true,
+                             scale, "decode");
+  TORCH_CHECK(q.size(0) == r.attention.batch, "skim: q has ", q.size(0), " tokens, the decode step one per sequence: ",
+              r.attention.batch);
+  if (paged) {
+    TORCH_CHECK(page_indices.has_value(), "skim: page_indptr without page_indices");
+    TORCH_CHECK(g.head_dim == q.size(2), "skim: k_pages' head_dim ", g.head_dim, " is not q's ", q.size(2));
+    r.attention.kv = kv_kind::paged;
+    r.attention.pages = {.k_pages = g.k,
+                         .v_pages = g.v,
+                         .num_pages = g.num_pages,
+                         .page_size = g.page_size,
+                         .page_stride = g.page_stride,
+                         .token_stride = g.token_stride,
+                         .head_stride = g.head_stride,
+                         .page_indptr = int32_data(*page_indptr, 1, q.device(), "page_indptr"),
+                         .page_indices = int32_data(*page_indices, 1, q.device(), "page_indices")};
+  } else {
+    set_contiguous(r.attention, k, v, q.device());
+  }
+  r.top_k = to_int32(top_k, "top_k");
+  r.sink_blocks = to_int32(sink_blocks, "sink_blocks");
+  r.local_blocks = to_int32(local_blocks, "local_blocks");
+  return r;
+}
+
+void attach_state(gpu::step_request& r, const at::Tensor& state, const at::Tensor& q) {
+  std::size_t bytes = 0;
+  const skim::status s = gpu::step_state_bytes(r, bytes);
+  TORCH_CHECK(s.ok(), "skim: ", s.message());
+  check_device(state, q.device(), "state");
+  TORCH_CHECK(state.scalar_type() == at::kByte && state.dim() == 1 && state.is_contiguous(),
+              "skim: state must be a contiguous uint8 tensor of decode_step_state_bytes(...) bytes");
+  TORCH_CHECK(static_cast<std::size_t>(state.numel()) >= bytes, "skim: state has ", state.numel(),
+              " bytes, this decode step needs ", bytes);
+  r.state = state.data_ptr();
+  r.state_bytes = static_cast<std::size_t>(state.numel());
+}
+
+std::int64_t decode_step_state_bytes_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          const at::Tensor& cu_seqlens_kv, std::int64_t max_seqlen_kv,
+                                          std::int64_t block_kv, std::int64_t top_k, std::int64_t sink_blocks,
+                                          std::int64_t local_blocks, const optional_tensor& page_indptr,
+                                          const optional_tensor& page_indices, c10::string_view layout) {
+  at::Tensor cu_q;
+  const gpu::step_request r = make_step(q, k, v, cu_seqlens_kv, max_seqlen_kv, block_kv, top_k, sink_blocks,
+                                        local_blocks, page_indptr, page_indices, layout, 0.0, cu_q);
+  std::size_t bytes = 0;
+  const skim::status s = gpu::step_state_bytes(r, bytes);
+  TORCH_CHECK(s.ok(), "skim: ", s.message());
+  return static_cast<std::int64_t>(bytes);
+}
+
+void decode_step_prefill_cuda(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& cu_seqlens_kv, std::int64_t max_seqlen_kv, std::int64_t block_kv,
+                              std::int64_t top_k, std::int64_t sink_blocks, std::int64_t local_blocks,
+                              const optional_tensor& page_indptr,
+                              const optional_tensor& page_indices, c10::string_view layout) {
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor cu_q;
+  gpu::step_request r = make_step(q, k, v, cu_seqlens_kv, max_seqlen_kv, block_kv, top_k, sink_blocks, local_blocks,
+                                  page_indptr, page_indices, layout, 0.0, cu_q);
+  attach_state(r, state, q);
+  const skim::status s = gpu::step_prefill(r, at::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(s.ok(), "skim: ", s.message());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_step_cuda(
+    const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& cu_seqlens_kv, std::int64_t max_seqlen_kv, std::int64_t block_kv, std::int64_t top_k,
+    std::int64_t sink_blocks, std::int64_t local_blocks, const optional_tensor& page_indptr,
+    const optional_tensor& page_indices, c10::string_view layout, double scale) {
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor cu_q;
+  gpu::step_request r = make_step(q, k, v, cu_seqlens_kv, max_seqlen_kv, block_kv, top_k, sink_blocks, local_blocks,
+                                  page_indptr, page_indices, layout, scale, cu_q);
+  attach_state(r, state, q);
+  std::int32_t width = 0;
+  const skim::status w = gpu::step_width(r, width);
+  TORCH_CHECK(w.ok(), "skim: ", w.message());
+  const std::int64_t rows = static_cast<std::int64_t>(r.attention.batch) * r.attention.heads_kv;
+  at::Tensor o = output_like(q), lse = lse_like(q);
+  at::Tensor ids = at::empty({rows, width}, cu_seqlens_kv.options());
+  at::Tensor count = at::empty({rows}, cu_seqlens_kv.options());
+  r.attention.o = o.data_ptr();
+  r.attention.lse = lse.data_ptr<float>();
+  const skim::status s = gpu::step_run(r, ids.data_ptr<std::int32_t>(), count.data_ptr<std::int32_t>(), width,
+                                       at::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(s.ok(), "skim: ", s.message());
+  return {o, lse, ids, count};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(skim, CUDA, m) {
   m.impl("sparse_attention", &sparse_attention_cuda);
   m.impl("sparse_attention_table", &sparse_attention_table_cuda);
   m.impl("sparse_attention_paged", &sparse_attention_paged_cuda);
+  m.impl("decode_step_state_bytes", &decode_step_state_bytes_cuda);
+  m.impl("decode_step_prefill", &decode_step_prefill_cuda);
+  m.impl("decode_step", &decode_step_cuda);
 }

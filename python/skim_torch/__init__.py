@@ -87,6 +87,36 @@ def bhnd_pages(k, v):
     return k, v, indptr, indices, "HND"
 
 
+def decode_step_state(q, k, v, cu_seqlens_kv, max_seqlen_kv, block_kv, top_k, sink_blocks=1, local_blocks=8,
+                      page_indptr=None, page_indices=None, layout="NHD"):
+    """The device memory of a routed decode step (CUDA): a uint8 tensor to keep between steps, holding
+    skim's block summaries (its default multi-centroid ones), the selection table and the workspaces.
+    Arguments as decode_step's; the same ones at every step of the state."""
+    n = torch.ops.skim.decode_step_state_bytes(q, k, v, cu_seqlens_kv, max_seqlen_kv, block_kv, top_k, sink_blocks,
+                                               local_blocks, page_indptr, page_indices, layout)
+    return torch.empty(n, dtype=torch.uint8, device=q.device)
+
+
+def decode_step_prefill(state, q, k, v, cu_seqlens_kv, max_seqlen_kv, block_kv, top_k, sink_blocks=1,
+                        local_blocks=8, page_indptr=None, page_indices=None, layout="NHD"):
+    """Summarises every key of every sequence into `state` (after prefill)."""
+    torch.ops.skim.decode_step_prefill(state, q, k, v, cu_seqlens_kv, max_seqlen_kv, block_kv, top_k, sink_blocks,
+                                       local_blocks, page_indptr, page_indices, layout)
+
+
+def decode_step(state, q, k, v, cu_seqlens_kv, max_seqlen_kv, block_kv, top_k, sink_blocks=1, local_blocks=8,
+                page_indptr=None, page_indices=None, layout="NHD", scale=None):
+    """One routed decode step on CUDA, as skim::cuda::decode_step runs it: each sequence's newest key
+    (position cu_seqlens_kv[b + 1] - cu_seqlens_kv[b] - 1, already in K/V) is appended to its block's
+    summary, every block is scored against q [batch, heads_q, head_dim] (one query per sequence),
+    the sink_blocks first, local_blocks newest and top_k best blocks per kv head are kept, and q
+    attends over them. K/V: [tokens, heads_kv, head_dim], or pages with page_indptr / page_indices
+    in `layout`. Returns (o, lse, ids [batch * heads_kv, width], count [batch * heads_kv])."""
+    return torch.ops.skim.decode_step(state, q, k, v, cu_seqlens_kv, max_seqlen_kv, block_kv, top_k, sink_blocks,
+                                      local_blocks, page_indptr, page_indices, layout,
+                                      0.0 if scale is None else float(scale))
+
+
 def has_cuda_kernels():
     """Whether the loaded library has the operators' CUDA kernels (built by scripts/python-cuda)."""
     try:
@@ -101,4 +131,4 @@ def simd_arch():
 
 
 __all__ = ["library_path", "sparse_attention", "sparse_attention_table", "sparse_attention_paged", "bhnd_pages",
-           "has_cuda_kernels", "simd_arch"]
+           "decode_step_state", "decode_step_prefill", "decode_step", "has_cuda_kernels", "simd_arch"]

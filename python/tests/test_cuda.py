@@ -238,3 +238,137 @@ def test_cuda_errors():
     odd_args = on_cuda(odd, torch.bfloat16)
     with pytest.raises(RuntimeError, match=re.escape("skim: prefill: head_dim 96 is not 64 or 128")):
         torch.ops.skim.sparse_attention(*odd_args)
+
+
+# --- The routed decode step -------------------------------------------------------------------------
+
+def step_inputs(gen, lengths, heads_kv=2, group=4, d=128, block_kv=64, dtype=torch.bfloat16):
+    """q [batch, heads_q, d] and varlen K/V for sequences of `lengths` keys; the key block 3 of
+    sequence 0, kv head 0 (far from the sink and the newest blocks) made to answer its group's queries."""
+    heads_q = heads_kv * group
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
+    q = torch.randn(len(lengths), heads_q, d, generator=gen)
+    k = torch.randn(int(cu[-1]), heads_kv, d, generator=gen)
+    v = torch.randn(int(cu[-1]), heads_kv, d, generator=gen)
+    k[3 * block_kv:4 * block_kv, 0] = 2.0 * q[0, :group].mean(0)  # sequence 0 starts at token 0
+    return q.to(dtype), k.to(dtype), v.to(dtype), cu
+
+
+def step_case(q, k, v, cu, ids, count, block_kv):
+    """The reference's Case of one query per sequence over the step's selected blocks."""
+    rows = [ids[r, :int(count[r])].tolist() for r in range(ids.shape[0])]
+    cu_q = torch.arange(len(cu), dtype=torch.int32)
+    from reference import Case
+    return Case(q, k, v, cu_q, cu, 1, block_kv, True, rows)
+
+
+def test_decode_step_routes_and_attends():
+    gen = torch.Generator().manual_seed(1100)
+    lengths, bk, top_k, sink, local = [900, 130, 327, 1, 64 * 6], 64, 3, 1, 2
+    q, k, v, cu = step_inputs(gen, lengths, block_kv=bk)
+    g = [t.cuda() for t in (q, k, v)]
+    args = (max(lengths), bk, top_k, sink, local)
+    state = skim_torch.decode_step_state(g[0], g[1], g[2], cu.cuda(), *args)
+    skim_torch.decode_step_prefill(state, g[0], g[1], g[2], cu.cuda(), *args)
+    o, lse, ids, count = skim_torch.decode_step(state, g[0], g[1], g[2], cu.cuda(), *args)
+    ids, count = ids.cpu(), count.cpu()
+    heads_kv = k.shape[1]
+    for r in range(ids.shape[0]):
+        visible = -(-lengths[r // heads_kv] // bk)
+        row = ids[r, :int(count[r])].tolist()
+        assert int(count[r]) == min(sink + local + top_k, visible)
+        assert row == sorted(set(row)) and all(0 <= j < visible for j in row)
+        assert 0 in row and all(j in row for j in range(max(0, visible - local), visible))
+    assert 3 in ids[0, :int(count[0])].tolist(), "the block that answers the query is routed"
+    check(step_case(q, k, v, cu, ids, count, bk), o, lse)
+    again = skim_torch.decode_step(state, g[0], g[1], g[2], cu.cuda(), *args)
+    assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip((o, lse, ids, count), again)), "bit-identical rerun"
+
+
+def test_decode_step_appends_the_newest_key():
+    # Summaries of all but each sequence's newest key (K packed without them), then a step whose newest
+    # key (sequence 0's key 899, in block 14) answers the query strongest, then a step 61 keys later,
+    # when block 14 is no longer the newest (the newest block is always kept): only block 14's summary,
+    # as the first step appended it, can route it. Without that step, the control routes another block.
+    gen = torch.Generator().manual_seed(1150)
+    bk, lengths = 64, [961, 610]
+    q, k, v, cu = step_inputs(gen, lengths, block_kv=bk)
+    # A partial block's clusters are not refined: the key may share its cluster with a random one, so
+    # it outweighs block 3's keys (step_inputs) eightfold.
+    k[899, 0] = 16.0 * q[0, :4].float().mean(0).to(k.dtype)
+
+    def packed(n0, n1):  # sequence 0's first n0 keys and sequence 1's first n1
+        rows = torch.cat((torch.arange(n0), 961 + torch.arange(n1)))
+        return k[rows].cuda(), v[rows].cuda(), torch.tensor([0, n0, n0 + n1], dtype=torch.int32).cuda()
+
+    args = (961, bk, 1, 1, 0)  # sink 1, no local block beyond the newest, top-1
+    qd = q.cuda()
+
+    def row0(steps):
+        k0, v0, cu0 = packed(899, 609)
+        state = skim_torch.decode_step_state(qd, k0, v0, cu0, *args)
+        skim_torch.decode_step_prefill(state, qd, k0, v0, cu0, *args)
+        for n0 in steps:
+            kk, vv, cc = packed(n0, 610)
+            _, _, ids, count = skim_torch.decode_step(state, qd, kk, vv, cc, *args)
+        return ids[0, :int(count[0])].tolist()
+
+    assert row0([900, 961]) == [0, 14, 15]
+    assert row0([961]) != [0, 14, 15], "the control: without the first step block 14 is not routed"
+
+
+def test_decode_step_paged_equals_contiguous():
+    gen = torch.Generator().manual_seed(1200)
+    lengths, bk = [700, 65, 300], 64
+    q, k, v, cu = step_inputs(gen, lengths, block_kv=bk)
+    case = random_case(gen, [1] * 3, lengths, 2, 4, 128, 1, bk, True)
+    case.k, case.v, case.cu_kv = k, v, cu
+    k_pages, v_pages, indptr, indices = paged(case, 16, "HND", gen)
+    args = (max(lengths), bk, 4, 1, 2)
+    g = [t.cuda() for t in (q, k, v)]
+    state = skim_torch.decode_step_state(g[0], g[1], g[2], cu.cuda(), *args)
+    skim_torch.decode_step_prefill(state, g[0], g[1], g[2], cu.cuda(), *args)
+    contiguous = skim_torch.decode_step(state, g[0], g[1], g[2], cu.cuda(), *args)
+    pages = dict(page_indptr=indptr.cuda(), page_indices=indices.cuda(), layout="HND")
+    kp, vp = k_pages.cuda(), v_pages.cuda()
+    state_p = skim_torch.decode_step_state(g[0], kp, vp, cu.cuda(), *args, **pages)
+    skim_torch.decode_step_prefill(state_p, g[0], kp, vp, cu.cuda(), *args, **pages)
+    paged_out = skim_torch.decode_step(state_p, g[0], kp, vp, cu.cuda(), *args, **pages)
+    assert all(torch.equal(a, b) for a, b in zip(contiguous, paged_out))
+
+
+def test_decode_step_in_a_cuda_graph():
+    gen = torch.Generator().manual_seed(1300)
+    lengths, bk = [500, 260], 64
+    q, k, v, cu = step_inputs(gen, lengths, block_kv=bk)
+    g = [t.cuda() for t in (q, k, v)]
+    cu_d = cu.cuda()
+    args = (max(lengths), bk, 2, 1, 2)
+    state = skim_torch.decode_step_state(g[0], g[1], g[2], cu_d, *args)
+    skim_torch.decode_step_prefill(state, g[0], g[1], g[2], cu_d, *args)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        skim_torch.decode_step(state, g[0], g[1], g[2], cu_d, *args)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = skim_torch.decode_step(state, g[0], g[1], g[2], cu_d, *args)
+    for _ in range(3):
+        g[0].copy_(torch.randn(q.shape, generator=gen).to(q.dtype))
+        graph.replay()
+        eager = skim_torch.decode_step(state, g[0], g[1], g[2], cu_d, *args)
+        assert all(torch.equal(a, b) for a, b in zip(out, eager))
+
+
+def test_decode_step_errors():
+    gen = torch.Generator().manual_seed(1400)
+    q, k, v, cu = step_inputs(gen, [200], block_kv=64)
+    g = [t.cuda() for t in (q, k, v)]
+    state = skim_torch.decode_step_state(g[0], g[1], g[2], cu.cuda(), 200, 64, 2)
+    with pytest.raises(RuntimeError, match=re.escape("skim: state has 16 bytes, this decode step needs")):
+        skim_torch.decode_step(state[:16], g[0], g[1], g[2], cu.cuda(), 200, 64, 2)
+    with pytest.raises(RuntimeError, match=re.escape("skim: decode_step: top_k -1, sink_blocks 1, local_blocks 8 < 0")):
+        skim_torch.decode_step_state(g[0], g[1], g[2], cu.cuda(), 200, 64, -1)
+    with pytest.raises(RuntimeError, match=re.escape("skim: q has 2 tokens, the decode step one per sequence: 1")):
+        skim_torch.decode_step(state, torch.cat((g[0], g[0])), g[1], g[2], cu.cuda(), 200, 64, 2)
