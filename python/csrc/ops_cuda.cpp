@@ -98,9 +98,16 @@ std::tuple<at::Tensor, at::Tensor> run(gpu::request& r, const at::Tensor& q) {
   return {o, lse};
 }
 
-// Contiguous K/V: one stride pair for K and V (skim's device source has one).
-void set_contiguous(gpu::request& r, const at::Tensor& k, const at::Tensor& v, const at::Device& device) {
-  const rows kr = token_rows(k, device, "k"), vr = token_rows(v, device, "v");
+// A request over contiguous K/V [tokens, heads_kv, head_dim]: one stride pair for K and V (skim's
+// device source has one).
+gpu::request contiguous_request(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_kv,
+                                std::int64_t max_seqlen_q, std::int64_t max_seqlen_kv, std::int64_t block_q,
+                                std::int64_t block_kv, bool causal, double scale, c10::string_view impl) {
+  const element_type type = element_of(q, k, v);
+  gpu::request r = make_request(q, type, to_int32(k.dim() == 3 ? k.size(1) : 0, "heads_kv"), cu_seqlens_q,
+                                cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, block_q, block_kv, causal, scale, impl);
+  const rows kr = token_rows(k, q.device(), "k"), vr = token_rows(v, q.device(), "v");
   TORCH_CHECK(kr.tokens == vr.tokens && kr.heads == vr.heads && kr.head_dim == vr.head_dim &&
                   kr.token_stride == vr.token_stride && kr.head_stride == vr.head_stride,
               "skim: on CUDA, k and v must have one shape and the same strides, got ", k.sizes(), " / ", k.strides(),
@@ -108,6 +115,33 @@ void set_contiguous(gpu::request& r, const at::Tensor& k, const at::Tensor& v, c
   r.kv = kv_kind::contiguous;
   r.k = device_view(kr);
   r.v = device_view(vr);
+  return r;
+}
+
+// A request over paged K/V: k_pages and v_pages in `layout` with a page table of batch + 1 entries.
+gpu::request paged_request(const at::Tensor& q, const at::Tensor& k_pages, const at::Tensor& v_pages,
+                           const at::Tensor& page_indptr, const at::Tensor& page_indices, c10::string_view layout,
+                           const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_kv, std::int64_t max_seqlen_q,
+                           std::int64_t max_seqlen_kv, std::int64_t block_q, std::int64_t block_kv, bool causal,
+                           double scale, c10::string_view impl) {
+  const element_type type = element_of(q, k_pages, v_pages);
+  const pages g = paged_rows(k_pages, v_pages, layout, q.device());
+  TORCH_CHECK(g.head_dim == q.size(2), "skim: k_pages' head_dim ", g.head_dim, " is not q's ", q.size(2));
+  gpu::request r = make_request(q, type, g.heads, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, block_q,
+                                block_kv, causal, scale, impl);
+  TORCH_CHECK(page_indptr.numel() == cu_seqlens_kv.numel(), "skim: page_indptr has ", page_indptr.numel(),
+              " entries, expected batch + 1 = ", cu_seqlens_kv.numel());
+  r.kv = kv_kind::paged;
+  r.pages = {.k_pages = g.k,
+             .v_pages = g.v,
+             .num_pages = g.num_pages,
+             .page_size = g.page_size,
+             .page_stride = g.page_stride,
+             .token_stride = g.token_stride,
+             .head_stride = g.head_stride,
+             .page_indptr = int32_data(page_indptr, 1, q.device(), "page_indptr"),
+             .page_indices = int32_data(page_indices, 1, q.device(), "page_indices")};
+  return r;
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_attention_cuda(
@@ -115,10 +149,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_cuda(
     const at::Tensor& cu_seqlens_kv, std::int64_t max_seqlen_q, std::int64_t max_seqlen_kv, const at::Tensor& row_ptr,
     const at::Tensor& col_idx, std::int64_t block_q, std::int64_t block_kv, bool causal, double scale,
     c10::string_view impl) {
-  const element_type type = element_of(q, k, v);
-  gpu::request r = make_request(q, type, to_int32(k.dim() == 3 ? k.size(1) : 0, "heads_kv"), cu_seqlens_q,
-                                cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, block_q, block_kv, causal, scale, impl);
-  set_contiguous(r, k, v, q.device());
+  gpu::request r = contiguous_request(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, block_q,
+                                      block_kv, causal, scale, impl);
   r.index = index_kind::block_csr;
   r.row_ptr = int32_data(row_ptr, 1, q.device(), "row_ptr");
   r.col_idx = int32_data(col_idx, 1, q.device(), "col_idx");
@@ -133,10 +165,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_table_cuda(
     const at::Tensor& cu_seqlens_kv, std::int64_t max_seqlen_q, std::int64_t max_seqlen_kv, const at::Tensor& ids,
     const at::Tensor& count, std::int64_t block_q, std::int64_t block_kv, bool causal, double scale,
     c10::string_view impl) {
-  const element_type type = element_of(q, k, v);
-  gpu::request r = make_request(q, type, to_int32(k.dim() == 3 ? k.size(1) : 0, "heads_kv"), cu_seqlens_q,
-                                cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, block_q, block_kv, causal, scale, impl);
-  set_contiguous(r, k, v, q.device());
+  gpu::request r = contiguous_request(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, block_q,
+                                      block_kv, causal, scale, impl);
   set_table(r, ids, count, q.device());
   return run(r, q);
 }
@@ -147,23 +177,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_paged_cuda(
     std::int64_t max_seqlen_q, std::int64_t max_seqlen_kv, const at::Tensor& ids, const at::Tensor& count,
     std::int64_t block_q, std::int64_t block_kv, bool causal, double scale, c10::string_view layout,
     c10::string_view impl) {
-  const element_type type = element_of(q, k_pages, v_pages);
-  const pages g = paged_rows(k_pages, v_pages, layout, q.device());
-  TORCH_CHECK(g.head_dim == q.size(2), "skim: k_pages' head_dim ", g.head_dim, " is not q's ", q.size(2));
-  gpu::request r = make_request(q, type, g.heads, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, block_q,
-                                block_kv, causal, scale, impl);
-  r.kv = kv_kind::paged;
-  r.pages = {.k_pages = g.k,
-             .v_pages = g.v,
-             .num_pages = g.num_pages,
-             .page_size = g.page_size,
-             .page_stride = g.page_stride,
-             .token_stride = g.token_stride,
-             .head_stride = g.head_stride,
-             .page_indptr = int32_data(page_indptr, 1, q.device(), "page_indptr"),
-             .page_indices = int32_data(page_indices, 1, q.device(), "page_indices")};
-  TORCH_CHECK(page_indptr.numel() == cu_seqlens_q.numel(), "skim: page_indptr has ", page_indptr.numel(),
-              " entries, expected batch + 1 = ", cu_seqlens_q.numel());
+  gpu::request r = paged_request(q, k_pages, v_pages, page_indptr, page_indices, layout, cu_seqlens_q, cu_seqlens_kv,
+                                 max_seqlen_q, max_seqlen_kv, block_q, block_kv, causal, scale, impl);
   set_table(r, ids, count, q.device());
   return run(r, q);
 }
@@ -171,45 +186,25 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_paged_cuda(
 // --- The routed decode step ---------------------------------------------------------------------------
 
 // A step's request: q [batch, heads_q, head_dim] (one query per sequence), K/V contiguous
-// [tokens, heads_kv, head_dim] or, with page_indptr, pages in `layout`; the state's memory if given.
+// [tokens, heads_kv, head_dim] or, with page_indptr, pages in `layout`. cu_seqlens_q receives the
+// one-query-per-sequence offsets the request points to (kept alive by the caller through the launch).
 gpu::step_request make_step(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& cu_seqlens_kv, std::int64_t max_seqlen_kv, std::int64_t block_kv,
                             std::int64_t top_k, std::int64_t sink_blocks, std::int64_t local_blocks,
                             const optional_tensor& page_indptr, const optional_tensor& page_indices,
                             c10::string_view layout, double scale, at::Tensor& cu_seqlens_q) {
-  const element_type type = element_of(q, k, v);
-  const bool paged = page_indptr.has_value();
-  std::int32_t heads_kv = 0;
-  pages g;
-  if (paged) {
-    g = paged_rows(k, v, layout, q.device());
-    heads_kv = g.heads;
-  } else {
-    heads_kv = to_int32(k.dim() == 3 ? k.size(1) : 0, "heads_kv");
-  }
-  // One query per sequence: cu_seqlens_q = 0, 1, ..., batch (made on the device, capturable).
-  cu_seqlens_q = at::arange(cu_seqlens_kv.numel(), cu_seqlens_kv.options());
+  cu_seqlens_q = at::arange(cu_seqlens_kv.numel(), cu_seqlens_kv.options());  // 0, 1, ..., batch: capturable
   gpu::step_request r;
-  r.attention = make_request(q, type, heads_kv, cu_seqlens_q, cu_seqlens_kv, 1, max_seqlen_kv, 1, block_kv, true,
-                             scale, "decode");
+  if (page_indptr.has_value()) {
+    TORCH_CHECK(page_indices.has_value(), "skim: page_indptr without page_indices");
+    r.attention = paged_request(q, k, v, *page_indptr, *page_indices, layout, cu_seqlens_q, cu_seqlens_kv, 1,
+                                max_seqlen_kv, 1, block_kv, true, scale, "decode");
+  } else {
+    r.attention = contiguous_request(q, k, v, cu_seqlens_q, cu_seqlens_kv, 1, max_seqlen_kv, 1, block_kv, true, scale,
+                                     "decode");
+  }
   TORCH_CHECK(q.size(0) == r.attention.batch, "skim: q has ", q.size(0), " tokens, the decode step one per sequence: ",
               r.attention.batch);
-  if (paged) {
-    TORCH_CHECK(page_indices.has_value(), "skim: page_indptr without page_indices");
-    TORCH_CHECK(g.head_dim == q.size(2), "skim: k_pages' head_dim ", g.head_dim, " is not q's ", q.size(2));
-    r.attention.kv = kv_kind::paged;
-    r.attention.pages = {.k_pages = g.k,
-                         .v_pages = g.v,
-                         .num_pages = g.num_pages,
-                         .page_size = g.page_size,
-                         .page_stride = g.page_stride,
-                         .token_stride = g.token_stride,
-                         .head_stride = g.head_stride,
-                         .page_indptr = int32_data(*page_indptr, 1, q.device(), "page_indptr"),
-                         .page_indices = int32_data(*page_indices, 1, q.device(), "page_indices")};
-  } else {
-    set_contiguous(r.attention, k, v, q.device());
-  }
   r.top_k = to_int32(top_k, "top_k");
   r.sink_blocks = to_int32(sink_blocks, "sink_blocks");
   r.local_blocks = to_int32(local_blocks, "local_blocks");

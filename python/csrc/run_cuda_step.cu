@@ -23,41 +23,16 @@ sc::decode_step_config config_of(const step_request& r) noexcept {
           .local_blocks = r.local_blocks};
 }
 
-// f(step, kv, q, o) with the planned decode_step of r's element type and K/V kind.
+// f(step, kv, q, o) with the planned decode_step of r's element type and its K/V source.
 template <class F>
 skim::status with_step(const step_request& r, F&& f) {
-  const auto go = [&]<class T>(T*) -> skim::status {
+  return detail::with_element(r.attention, "the CUDA decode step's kernels", [&]<class T>(T*) {
     sc::decode_step<T> step;
     SKIM_TRY(step.plan(config_of(r), {static_cast<std::byte*>(r.state), r.state_bytes}));
-    const request& a = r.attention;
-    const sc::device_view<const T> q{static_cast<const T*>(a.q.data), a.q.token_stride, a.q.head_stride};
-    const auto o = sc::device_view<T>::token_major(static_cast<T*>(a.o), a.heads_q, a.head_dim);
-    if (a.kv == kv_kind::paged) {
-      const device_pages& g = a.pages;
-      const sc::device_paged_kv<T> kv{.k_pages = static_cast<const T*>(g.k_pages),
-                                      .v_pages = static_cast<const T*>(g.v_pages),
-                                      .num_pages = g.num_pages,
-                                      .page_size = g.page_size,
-                                      .page_stride = g.page_stride,
-                                      .token_stride = g.token_stride,
-                                      .head_stride = g.head_stride,
-                                      .page_indptr = g.page_indptr,
-                                      .page_indices = g.page_indices};
-      return f(step, kv, q, o);
-    }
-    const sc::device_contiguous_kv<T> kv{.k = static_cast<const T*>(a.k.data),
-                                         .v = static_cast<const T*>(a.v.data),
-                                         .token_stride = a.k.token_stride,
-                                         .head_stride = a.k.head_stride};
-    return f(step, kv, q, o);
-  };
-  switch (r.attention.type) {
-    case element_type::f16: return go(static_cast<skim::half*>(nullptr));
-    case element_type::bf16: return go(static_cast<skim::bfloat16*>(nullptr));
-    case element_type::f32: break;
-  }
-  return skim::status::error(skim::status_code::unsupported,
-                             "the CUDA decode step takes float16 or bfloat16 q, k and v, not float32");
+    return detail::with_source<T>(r.attention, [&](const auto& kv) {
+      return f(step, kv, detail::q_view<T>(r.attention), detail::o_view<T>(r.attention));
+    });
+  });
 }
 
 }  // namespace
