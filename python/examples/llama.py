@@ -13,7 +13,9 @@ held-out kernel code (as skim-llama's needle test does), prefills with skim over
 then decodes greedily with skim's decode over (a) every block, (b) a routed selection of `budget` of
 the blocks: the sink block, the two newest, and the best by a max-bound score of each block's keys
 (per-dimension min and max, the bound of q·k over the block), chosen here in Python, one row per kv
-head, and (c) the sliding window at the same budget (the sink block and the newest ones). Models: ../shared/models or $SKIM_MODELS_DIR. CPU by default (--device cuda on a GPU build).
+head, and (c) the sliding window at the same budget (the sink block and the newest ones). Models:
+../shared/models or $SKIM_MODELS_DIR. It runs in float32 on the CPU (skim's CUDA kernels take 16-bit
+tensors; this example does not cast).
 """
 import argparse
 import heapq
@@ -297,10 +299,9 @@ def main():
     ap.add_argument("--needles", type=int, default=4)
     ap.add_argument("--budget", type=float, default=0.125)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
-    m = Model(MODELS / "kcode18M.bin", a.device)
+    m = Model(MODELS / "kcode18M.bin", "cpu")
     tok = Tokenizer(MODELS / "tok_kbpe.bin", m.vocab)
     rng = random.Random(a.seed)
     if a.mode == "check":
@@ -310,7 +311,7 @@ def main():
             plain = forward(m, ids, new_cache(m), dense_attention)
         diff = (ours - plain).abs().max().item()
         agree = (ours.argmax(-1) == plain.argmax(-1)).float().mean().item()
-        loss = torch.nn.functional.cross_entropy(ours[:-1], torch.tensor(ids[1:], device=a.device)).item()
+        loss = torch.nn.functional.cross_entropy(ours[:-1], torch.tensor(ids[1:])).item()
         print(f"{len(ids)} tokens: largest logit difference {diff:.3g}, greedy tokens agree {agree:.4f}, "
               f"loss {loss:.3f} nats/token")
         return 0 if diff < 1e-3 and agree == 1.0 else 1

@@ -87,6 +87,34 @@ def bhnd_pages(k, v):
     return k, v, indptr, indices, "HND"
 
 
+def sink_window_table(cu_seqlens_q, cu_seqlens_kv, block_q, block_kv, heads_kv, sink_blocks, window_blocks,
+                      causal=True):
+    """(ids, count) of the block table that reads, for each (sequence, query block, kv head) row, the
+    first `sink_blocks` key blocks and the `window_blocks` newest ones the row sees (skim's sink and
+    sliding-window rules, the rows numbered as every operator numbers them), on cu_seqlens_q's device.
+    Built on the host from the sequence lengths (one device-to-host copy for CUDA tensors): once per
+    batch of sequences, outside captured graphs."""
+    cu_q, cu_kv = cu_seqlens_q.cpu().tolist(), cu_seqlens_kv.cpu().tolist()
+    rows = []
+    for b in range(len(cu_q) - 1):
+        n_q, n_kv = cu_q[b + 1] - cu_q[b], cu_kv[b + 1] - cu_kv[b]
+        for i in range(-(-n_q // block_q)):
+            if causal:
+                last = min((i + 1) * block_q, n_q) - 1  # the query block's last query
+                seen = max(0, min(n_kv, last + n_kv - n_q + 1))
+            else:
+                seen = n_kv
+            visible = -(-seen // block_kv)
+            ids = sorted(set(range(min(sink_blocks, visible))) | set(range(max(0, visible - window_blocks), visible)))
+            rows += [ids] * heads_kv
+    width = max([len(r) for r in rows] + [1])
+    table = torch.full((len(rows), width), -1, dtype=torch.int32)
+    for r, ids in enumerate(rows):
+        table[r, :len(ids)] = torch.tensor(ids, dtype=torch.int32)
+    count = torch.tensor([len(r) for r in rows], dtype=torch.int32)
+    return table.to(cu_seqlens_q.device), count.to(cu_seqlens_q.device)
+
+
 def decode_step_state(q, k, v, cu_seqlens_kv, max_seqlen_kv, block_kv, top_k, sink_blocks=1, local_blocks=8,
                       page_indptr=None, page_indices=None, layout="NHD"):
     """The device memory of a routed decode step (CUDA): a uint8 tensor to keep between steps, holding
@@ -131,4 +159,5 @@ def simd_arch():
 
 
 __all__ = ["library_path", "sparse_attention", "sparse_attention_table", "sparse_attention_paged", "bhnd_pages",
-           "decode_step_state", "decode_step_prefill", "decode_step", "has_cuda_kernels", "simd_arch"]
+           "sink_window_table", "decode_step_state", "decode_step_prefill", "decode_step", "has_cuda_kernels",
+           "simd_arch"]

@@ -158,3 +158,21 @@ def test_matches_sdpa_with_the_token_mask(shape):
 
 def test_simd_arch_names_an_arch():
     assert skim_torch.simd_arch() in {"avx512f", "avx2", "sse2", "neon64", "neon"}
+
+
+@pytest.mark.parametrize("shape", range(len(SHAPES)))
+def test_sink_and_window(shape):
+    # skim's sink and sliding-window rules as a block table: the rows list exactly the first and the
+    # newest visible blocks, and the operators attend over them.
+    gen = torch.Generator().manual_seed(9500 + shape)
+    case = random_case(gen, *SHAPES[shape])
+    ids, count = skim_torch.sink_window_table(case.cu_q, case.cu_kv, case.block_q, case.block_kv, case.heads_kv,
+                                              1, 2, case.causal)
+    full = random_case(torch.Generator().manual_seed(9500 + shape), *SHAPES[shape], density=1.0, empty_row_share=0.0)
+    expected = [sorted(set(r[:1]) | set(r[-2:])) for r in full.rows]  # full.rows: every visible block
+    assert [ids[r, :int(count[r])].tolist() for r in range(ids.shape[0])] == expected
+    case.rows = expected
+    args = list(case.args())
+    args[7:9] = [ids, count]
+    o, lse = skim_torch.sparse_attention_table(*args)
+    check_against_reference(case, o, lse)
