@@ -46,6 +46,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -54,6 +55,8 @@
 #include <utility>
 
 #include "request.hpp"
+#include "skim/select/reserved.hpp"
+#include "skim/select/top_k.hpp"
 #include "tensor_checks.hpp"
 
 namespace {
@@ -226,6 +229,39 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_paged_meta(
                       q, k_pages, v_pages);
 }
 
+// The decode step's outputs: o like q, lse, and the selection table's ids [batch · heads_kv, width]
+// and count, width as skim::cuda::decode_step sizes it (reserved<top_k>'s most ids of the longest row).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_step_meta(
+    const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& cu_seqlens_kv, std::int64_t max_seqlen_kv, std::int64_t block_kv, std::int64_t top_k,
+    std::int64_t sink_blocks, std::int64_t local_blocks, const optional_tensor& page_indptr,
+    const optional_tensor& page_indices, c10::string_view layout, double) {
+  outputs_meta({&state, &q, &k, &v, &cu_seqlens_kv}, q, k, v);
+  TORCH_CHECK(block_kv > 0 && max_seqlen_kv >= 0, "skim: block_kv ", block_kv, " <= 0 or max_seqlen_kv ",
+              max_seqlen_kv, " < 0");
+  std::int64_t heads_kv = k.dim() == 3 ? k.size(1) : 0;
+  if (page_indptr.has_value()) {
+    TORCH_CHECK(page_indices.has_value() && page_indptr->is_meta() && page_indices->is_meta(),
+                "skim: the Meta kernel takes meta page_indptr and page_indices");
+    heads_kv = paged_rows(k, v, layout, k.device()).heads;
+  }
+  const skim::select::reserved<skim::select::top_k> selector{
+      .sink = to_int32(sink_blocks, "sink_blocks"),
+      .local = to_int32(local_blocks, "local_blocks"),
+      .dynamic = {.k = to_int32(top_k, "top_k")}};
+  const std::int32_t width =
+      std::max(selector.max_count(to_int32((max_seqlen_kv + block_kv - 1) / block_kv, "kv blocks")), 1);
+  const std::int64_t rows = (cu_seqlens_kv.size(0) - 1) * heads_kv;
+  return {output_like(q), lse_like(q), at::empty({rows, width}, cu_seqlens_kv.options()),
+          at::empty({rows}, cu_seqlens_kv.options())};
+}
+
+void decode_step_prefill_meta(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& cu_seqlens_kv, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                              std::int64_t, const optional_tensor&, const optional_tensor&, c10::string_view) {
+  outputs_meta({&state, &q, &k, &v, &cu_seqlens_kv}, q, k, v);  // writes only the state: nothing to shape
+}
+
 std::string simd_arch_name() { return skim_torch::simd_arch(); }
 
 }  // namespace
@@ -272,6 +308,8 @@ TORCH_LIBRARY_IMPL(skim, Meta, m) {
   m.impl("sparse_attention", &sparse_attention_meta);
   m.impl("sparse_attention_table", &sparse_attention_meta);
   m.impl("sparse_attention_paged", &sparse_attention_paged_meta);
+  m.impl("decode_step", &decode_step_meta);
+  m.impl("decode_step_prefill", &decode_step_prefill_meta);
 }
 
 // PyTorch 1.13 has no autograd fallthrough for meta tensors (it has one for CPU): without these,
@@ -280,4 +318,6 @@ TORCH_LIBRARY_IMPL(skim, AutogradMeta, m) {
   m.impl("sparse_attention", torch::CppFunction::makeFallthrough());
   m.impl("sparse_attention_table", torch::CppFunction::makeFallthrough());
   m.impl("sparse_attention_paged", torch::CppFunction::makeFallthrough());
+  m.impl("decode_step", torch::CppFunction::makeFallthrough());
+  m.impl("decode_step_prefill", torch::CppFunction::makeFallthrough());
 }

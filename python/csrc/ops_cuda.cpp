@@ -8,7 +8,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
-#include <torch/version.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -22,13 +21,6 @@
 namespace {
 
 using namespace skim_torch;
-
-// `Tensor?` arguments: c10::optional before PyTorch 2 (where it became std::optional).
-#if TORCH_VERSION_MAJOR >= 2
-using optional_tensor = std::optional<at::Tensor>;
-#else
-using optional_tensor = c10::optional<at::Tensor>;
-#endif
 
 gpu::executor executor_of(c10::string_view impl) {
   if (impl == "auto") return gpu::executor::automatic;

@@ -4,15 +4,25 @@
 // integers that must fit in int32. Each failure raises RuntimeError("skim: ..."), naming the argument.
 
 #include <ATen/ATen.h>
+#include <c10/util/Optional.h>
 #include <c10/util/string_view.h>
+#include <torch/version.h>
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "kinds.hpp"
 
 namespace skim_torch {
+
+// `Tensor?` arguments: c10::optional before PyTorch 2 (where it became std::optional).
+#if TORCH_VERSION_MAJOR >= 2
+using optional_tensor = std::optional<at::Tensor>;
+#else
+using optional_tensor = c10::optional<at::Tensor>;
+#endif
 
 inline std::int32_t to_int32(std::int64_t v, const char* name) {
   TORCH_CHECK(v >= std::numeric_limits<std::int32_t>::min() && v <= std::numeric_limits<std::int32_t>::max(),

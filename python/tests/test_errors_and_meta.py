@@ -146,3 +146,23 @@ def test_torch_compile():
     compiled = torch.compile(lambda *a: torch.ops.skim.sparse_attention(*a), fullgraph=True)
     o, lse = compiled(*case.args())
     assert torch.equal(o, o_eager) and torch.equal(lse, lse_eager)
+
+
+def test_decode_step_meta_shapes():
+    # The decode step's Meta kernel: o like q, lse, and its table of batch * heads_kv rows, each as wide
+    # as reserved<top_k> can fill from the longest sequence (sink 1 + local 2 + top 3 of 15 blocks: 6).
+    meta = dict(device="meta")
+    q = torch.empty(3, 8, 64, dtype=torch.bfloat16, **meta)
+    k = torch.empty(1000, 2, 64, dtype=torch.bfloat16, **meta)
+    cu = torch.empty(4, dtype=torch.int32, **meta)
+    state = torch.empty(1 << 20, dtype=torch.uint8, **meta)
+    o, lse, ids, count = torch.ops.skim.decode_step(state, q, k, k, cu, 900, 64, 3, 1, 2)
+    assert o.shape == q.shape and o.dtype == q.dtype and lse.shape == (3, 8) and lse.dtype == torch.float32
+    assert ids.shape == (6, 6) and ids.dtype == torch.int32 and count.shape == (6,)
+    _, _, ids, _ = torch.ops.skim.decode_step(state, q, k, k, cu, 100, 64, 3, 1, 8)
+    assert ids.shape == (6, 2), "no row sees more than its 2 blocks"
+    pages = torch.empty(70, 2, 16, 64, dtype=torch.bfloat16, **meta)  # HND: 2 kv heads
+    indptr, indices = torch.empty(4, dtype=torch.int32, **meta), torch.empty(70, dtype=torch.int32, **meta)
+    _, _, ids, count = torch.ops.skim.decode_step(state, q, pages, pages, cu, 900, 64, 3, 1, 2, indptr, indices, "HND")
+    assert ids.shape == (6, 6) and count.shape == (6,)
+    assert torch.ops.skim.decode_step_prefill(state, q, k, k, cu, 900, 64, 3) is None
