@@ -4,7 +4,6 @@
 // integers that must fit in int32. Each failure raises RuntimeError("skim: ..."), naming the argument.
 
 #include <ATen/ATen.h>
-#include <c10/util/Optional.h>
 #include <c10/util/string_view.h>
 #include <torch/version.h>
 
