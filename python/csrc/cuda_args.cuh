@@ -45,7 +45,7 @@ sc::device_view<T> o_view(const request& r) noexcept {
 template <class T, class F>
 skim::status with_source(const request& r, F&& f) {
   if (r.kv == kv_kind::paged) {
-    const device_pages& g = r.pages;
+    const page_pool& g = r.pages.pool;
     return f(sc::device_paged_kv<T>{.k_pages = static_cast<const T*>(g.k_pages),
                                     .v_pages = static_cast<const T*>(g.v_pages),
                                     .num_pages = g.num_pages,
@@ -53,8 +53,8 @@ skim::status with_source(const request& r, F&& f) {
                                     .page_stride = g.page_stride,
                                     .token_stride = g.token_stride,
                                     .head_stride = g.head_stride,
-                                    .page_indptr = g.page_indptr,
-                                    .page_indices = g.page_indices});
+                                    .page_indptr = r.pages.page_indptr,
+                                    .page_indices = r.pages.page_indices});
   }
   return f(sc::device_contiguous_kv<T>{.k = static_cast<const T*>(r.k.data),
                                        .v = static_cast<const T*>(r.v.data),

@@ -28,10 +28,7 @@ struct device_rows {
 
 // Paged K/V on the device (cuda::device_paged_kv's layout).
 struct device_pages {
-  const void* k_pages = nullptr;
-  const void* v_pages = nullptr;
-  std::int32_t num_pages = 0, page_size = 0;
-  std::int64_t page_stride = 0, token_stride = 0, head_stride = 0;
+  page_pool pool;
   const std::int32_t* page_indptr = nullptr;   // [batch + 1]
   const std::int32_t* page_indices = nullptr;  // [page_indptr[batch]]
 };

@@ -187,13 +187,7 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention_paged_cpu(
   call c = make_call(q, type, g.heads, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, block_q, block_kv,
                      causal, scale);
   c.r.kv = kv_kind::paged;
-  c.r.pages = {.k_pages = g.k,
-               .v_pages = g.v,
-               .num_pages = g.num_pages,
-               .page_size = g.page_size,
-               .page_stride = g.page_stride,
-               .token_stride = g.token_stride,
-               .head_stride = g.head_stride,
+  c.r.pages = {.pool = g.pool,
                .page_indptr = cpu_int32(page_indptr, 1, "page_indptr"),
                .page_indices = cpu_int32(page_indices, 1, "page_indices")};
   set_table(c.r, ids, count);

@@ -124,13 +124,7 @@ gpu::request paged_request(const at::Tensor& q, const at::Tensor& k_pages, const
   TORCH_CHECK(page_indptr.numel() == cu_seqlens_kv.numel(), "skim: page_indptr has ", page_indptr.numel(),
               " entries, expected batch + 1 = ", cu_seqlens_kv.numel());
   r.kv = kv_kind::paged;
-  r.pages = {.k_pages = g.k,
-             .v_pages = g.v,
-             .num_pages = g.num_pages,
-             .page_size = g.page_size,
-             .page_stride = g.page_stride,
-             .token_stride = g.token_stride,
-             .head_stride = g.head_stride,
+  r.pages = {.pool = g.pool,
              .page_indptr = int32_data(page_indptr, 1, q.device(), "page_indptr"),
              .page_indices = int32_data(page_indices, 1, q.device(), "page_indices")};
   return r;

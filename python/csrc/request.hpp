@@ -22,7 +22,6 @@
 
 namespace skim_torch {
 
-
 // One [tokens, heads, head_dim] tensor: element (t, h, d) at data[t·token_stride + h·head_stride + d].
 struct tensor_view {
   const void* data = nullptr;
@@ -30,13 +29,10 @@ struct tensor_view {
   std::int64_t token_stride = 0, head_stride = 0;  // in elements
 };
 
-// Paged K/V (skim::paged_kv's layout, FlashInfer's): key t of sequence b in page
-// page_indices[page_indptr[b] + t / page_size], slot t % page_size; strides in elements.
+// Paged K/V: key t of sequence b in page page_indices[page_indptr[b] + t / page_size] of the pool,
+// slot t % page_size.
 struct pages_view {
-  const void* k_pages = nullptr;
-  const void* v_pages = nullptr;
-  std::int32_t num_pages = 0, page_size = 0;
-  std::int64_t page_stride = 0, token_stride = 0, head_stride = 0;
+  page_pool pool;
   std::span<const std::int32_t> page_indptr, page_indices;
 };
 
@@ -85,7 +81,7 @@ template <class T, class KV, class F>
 template <class T, class F>
 [[nodiscard]] skim::status visit_typed(const request& r, F&& f) {
   if (r.kv == kv_kind::paged) {
-    const pages_view& p = r.pages;
+    const page_pool& p = r.pages.pool;
     const skim::paged_kv<T> kv{.k_pages = static_cast<const T*>(p.k_pages),
                                .v_pages = static_cast<const T*>(p.v_pages),
                                .num_pages = p.num_pages,
@@ -93,8 +89,8 @@ template <class T, class F>
                                .page_stride = p.page_stride,
                                .token_stride = p.token_stride,
                                .head_stride = p.head_stride,
-                               .page_indptr = p.page_indptr,
-                               .page_indices = p.page_indices};
+                               .page_indptr = r.pages.page_indptr,
+                               .page_indices = r.pages.page_indices};
     return visit_index<T>(r, kv, f);
   }
   const auto input = [](const tensor_view& t) {

@@ -64,10 +64,8 @@ inline rows token_rows(const at::Tensor& t, const at::Device& device, const char
 // head_dim] or HND [num_pages, heads_kv, page_size, head_dim] (FlashInfer's names), head dimension
 // contiguous.
 struct pages {
-  const void* k = nullptr;
-  const void* v = nullptr;
-  std::int32_t num_pages = 0, page_size = 0, heads = 0, head_dim = 0;
-  std::int64_t page_stride = 0, token_stride = 0, head_stride = 0;
+  page_pool pool;
+  std::int32_t heads = 0, head_dim = 0;
 };
 inline pages paged_rows(const at::Tensor& k, const at::Tensor& v, c10::string_view layout, const at::Device& device) {
   const bool nhd = layout == "NHD";
@@ -82,16 +80,16 @@ inline pages paged_rows(const at::Tensor& k, const at::Tensor& v, c10::string_vi
   TORCH_CHECK(k.stride(3) == 1 || k.size(3) <= 1,
               "skim: k_pages and v_pages must have a contiguous head dimension (stride(3) == 1), got stride ",
               k.stride(3));
-  const int token_dim = nhd ? 1 : 2, head_dim_ = nhd ? 2 : 1;
-  return {k.data_ptr(),
-          v.data_ptr(),
-          to_int32(k.size(0), "num_pages"),
-          to_int32(k.size(token_dim), "page_size"),
-          to_int32(k.size(head_dim_), "heads_kv"),
-          to_int32(k.size(3), "head_dim"),
-          k.stride(0),
-          k.stride(token_dim),
-          k.stride(head_dim_)};
+  const int token_dim = nhd ? 1 : 2, head_dim = nhd ? 2 : 1;
+  return {.pool = {.k_pages = k.data_ptr(),
+                   .v_pages = v.data_ptr(),
+                   .num_pages = to_int32(k.size(0), "num_pages"),
+                   .page_size = to_int32(k.size(token_dim), "page_size"),
+                   .page_stride = k.stride(0),
+                   .token_stride = k.stride(token_dim),
+                   .head_stride = k.stride(head_dim)},
+          .heads = to_int32(k.size(head_dim), "heads_kv"),
+          .head_dim = to_int32(k.size(3), "head_dim")};
 }
 
 // A contiguous int32 tensor of `dims` dimensions on `device`.
