@@ -18,6 +18,9 @@
 //   decode/step:dense/exec:E/threads:T/kv:L/N:N             T = 1 and 2 (one kv head per thread)
 //   decode/step:sparse_shared/exec:E/threads:1/kv:L/sel:1/S/N:N   S = 2, 8: one selection per query block
 //                                                           for both kv heads (sparse_attention::share_heads)
+//   decode/step:defaults/exec:E/threads:1/kv:L/sel:1/S/N:N  S = 8, 16: skim::decode_step as an engine runs it,
+//                                                           skim::defaults (blocks of 4, multi_centroid<2>,
+//                                                           sum, sink 1 + local 8), 1/S of the blocks
 // kv:L is the K/V layout both rows of a pair read: HND (head-major [heads_kv, tokens, dim]) or
 // NHD (token-major [tokens, heads_kv, dim]), the same values in either (so their coverage agrees); decode runs both (the sparse step's selections are per
 // kv head, and on NHD a per-head read uses half of every line pair the hardware pulls in:
@@ -41,6 +44,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "skim/decode_step.hpp"
 #include "sparse_step.hpp"
 
 namespace {
@@ -145,6 +149,50 @@ void dense(benchmark::State& state, int threads, kv_layout layout, std::int32_t 
   state.counters["density"] = 1.0;
 }
 
+// skim::decode_step<step_executor> with skim::defaults on one thread, over a sequence that grows by
+// one key a step (the step refuses a key appended twice: its summaries are sums): steps from n - span
+// keys to n, then the summaries of n - span keys are rebuilt, untimed. Budget: 1/share of the blocks
+// of 4 at n keys, reserved ones included.
+void defaults_step(benchmark::State& state, kv_layout layout, std::int32_t n, std::int32_t share) {
+  constexpr std::int32_t span = 256;
+  tensors& d = data(n, 1);
+  const std::int32_t blocks = (n + skim::defaults::block_kv - 1) / skim::defaults::block_kv;
+  const std::int32_t reserved = skim::defaults::sink_blocks + skim::defaults::local_blocks;
+  skim::decode_step<step_executor> step;
+  const skim::decode_step_config c{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .max_seqlen_kv = n,
+                                   .top_k = std::max((blocks + share - 1) / share - reserved, 1)};
+  const auto view = [&](const kv_type* x) {
+    return layout == kv_layout::head_major ? skim::strided_view<const kv_type>::head_major(x, n, heads_kv, dim)
+                                           : skim::strided_view<const kv_type>::token_major(x, n, heads_kv, dim);
+  };
+  const skim::contiguous_kv<kv_type> kv{.k = view(d.kv(layout, true)), .v = view(d.kv(layout, false))};
+  const std::span<const float> q(d.q.data(), std::size_t(heads_q) * dim);
+  const std::span<float> o(d.o.data(), std::size_t(heads_q) * dim);
+  skim::status s = step.plan(c);
+  std::int32_t len = n - span;
+  if (s.ok()) s = step.prefill(0, kv, len);
+  skim::stage_times sum{}, t{};
+  for (auto _ : state) {
+    if (len == n) {
+      state.PauseTiming();
+      len = n - span;
+      s = step.prefill(0, kv, len);
+      state.ResumeTiming();
+    }
+    if (s.ok()) s = step.run(0, q, kv, ++len, o, {}, &t);
+    if (!s.ok()) {
+      state.SkipWithError(s.message());
+      return;
+    }
+    sum += t;
+    benchmark::ClobberMemory();
+  }
+  set_stage_counters(state, sum);
+  const double density = static_cast<double>(std::min(c.top_k + reserved, blocks)) / blocks;
+  state.counters["density"] = density;
+  set_rate(state, "bytes", density * 2.0 * n * heads_kv * dim * sizeof(kv_type));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,6 +223,12 @@ int main(int argc, char** argv) {
             timing(benchmark::RegisterBenchmark(
                 (name + "/step:sparse" + exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n)).c_str(),
                 [=](benchmark::State& s) { sparse(s, threads, layout, n, queries, share); }));
+            if (decode && threads == 1 && (share == 8 || share == 16)) {  // the engine's step, skim::defaults
+              timing(benchmark::RegisterBenchmark(
+                  (name + "/step:defaults" + exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n))
+                      .c_str(),
+                  [=](benchmark::State& s) { defaults_step(s, layout, n, share); }));
+            }
             if (decode && threads == 1 && (share == 2 || share == 8)) {  // one selection for both kv heads
               timing(benchmark::RegisterBenchmark(
                   (name + "/step:sparse_shared" + exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n))

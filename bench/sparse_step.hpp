@@ -215,6 +215,15 @@ class sparse_job {
   skim::stage_times times_;
 };
 
+// The stage times of `sum` over the state's iterations, in seconds per step (summarize_s, ...).
+inline void set_stage_counters(benchmark::State& state, const skim::stage_times& sum) {
+  const double it = double(state.iterations());
+  state.counters["summarize_s"] = sum.summarize / it;
+  state.counters["score_s"] = sum.score / it;
+  state.counters["select_s"] = sum.select / it;
+  state.counters["execute_s"] = sum.execute / it;
+}
+
 // Times job.run(threads) over the benchmark's iterations and sets the per-step means of the stage
 // times as counters (summarize_s, score_s, select_s, execute_s). Returns the summed stage times,
 // or nothing when a run failed (the benchmark is then skipped with its message).
@@ -231,11 +240,7 @@ template <class T>
     sum += job.times();
     benchmark::ClobberMemory();
   }
-  const double it = double(state.iterations());
-  state.counters["summarize_s"] = sum.summarize / it;
-  state.counters["score_s"] = sum.score / it;
-  state.counters["select_s"] = sum.select / it;
-  state.counters["execute_s"] = sum.execute / it;
+  set_stage_counters(state, sum);
   return sum;
 }
 
