@@ -18,9 +18,12 @@
 //   decode/step:dense/exec:E/threads:T/kv:L/N:N             T = 1 and 2 (one kv head per thread)
 //   decode/step:sparse_shared/exec:E/threads:1/kv:L/sel:1/S/N:N   S = 2, 8: one selection per query block
 //                                                           for both kv heads (sparse_attention::share_heads)
-//   decode/step:defaults/exec:E/threads:1/kv:L/sel:1/S/N:N  S = 8, 16: skim::decode_step as an engine runs it,
-//                                                           skim::defaults (blocks of 4, multi_centroid<2>,
-//                                                           sum, sink 1 + local 8), 1/S of the blocks
+//   decode/step:engine/sum:M/bk:B/exec:E/threads:1/kv:L/sel:1/S/N:N   skim::decode_step as an engine runs it
+//                                                           (the group's scores summed, sink 1 + local 8),
+//                                                           1/S of the blocks, N <= 32768: skim::defaults
+//                                                           (M multi_centroid2, B 4; S = 8, 16, both layouts),
+//                                                           and at S = 8, HND, the other summaries and block
+//                                                           sizes of docs/quality-kcode.md's rows
 // kv:L is the K/V layout both rows of a pair read: HND (head-major [heads_kv, tokens, dim]) or
 // NHD (token-major [tokens, heads_kv, dim]), the same values in either (so their coverage agrees); decode runs both (the sparse step's selections are per
 // kv head, and on NHD a per-head read uses half of every line pair the hardware pulls in:
@@ -45,6 +48,7 @@
 
 #include "common.hpp"
 #include "skim/decode_step.hpp"
+#include "skim/summarize/mean_pool.hpp"
 #include "sparse_step.hpp"
 
 namespace {
@@ -149,18 +153,19 @@ void dense(benchmark::State& state, int threads, kv_layout layout, std::int32_t 
   state.counters["density"] = 1.0;
 }
 
-// skim::decode_step<step_executor> with skim::defaults on one thread, over a sequence that grows by
-// one key a step (the step refuses a key appended twice: its summaries are sums): steps from n - span
-// keys to n, then the summaries of n - span keys are rebuilt, untimed. Budget: 1/share of the blocks
-// of 4 at n keys, reserved ones included.
-void defaults_step(benchmark::State& state, kv_layout layout, std::int32_t n, std::int32_t share) {
+// skim::decode_step<step_executor, Summarizer> over blocks of bk keys on one thread, over a sequence
+// that grows by one key a step (the step refuses a key appended twice: its summaries may be sums):
+// steps from n - span keys to n, then the summaries of n - span keys are rebuilt, untimed. Budget:
+// 1/share of the blocks at n keys, reserved ones included.
+template <class Summarizer>
+void engine_step(benchmark::State& state, kv_layout layout, std::int32_t n, std::int32_t bk, std::int32_t share) {
   constexpr std::int32_t span = 256;
   tensors& d = data(n, 1);
-  const std::int32_t blocks = (n + skim::defaults::block_kv - 1) / skim::defaults::block_kv;
+  const std::int32_t blocks = (n + bk - 1) / bk;
   const std::int32_t reserved = skim::defaults::sink_blocks + skim::defaults::local_blocks;
-  skim::decode_step<step_executor> step;
-  const skim::decode_step_config c{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .max_seqlen_kv = n,
-                                   .top_k = std::max((blocks + share - 1) / share - reserved, 1)};
+  skim::decode_step<step_executor, Summarizer> step;
+  const skim::decode_step_config c{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_kv = bk,
+                                   .max_seqlen_kv = n, .top_k = std::max((blocks + share - 1) / share - reserved, 1)};
   const auto view = [&](const kv_type* x) {
     return layout == kv_layout::head_major ? skim::strided_view<const kv_type>::head_major(x, n, heads_kv, dim)
                                            : skim::strided_view<const kv_type>::token_major(x, n, heads_kv, dim);
@@ -223,11 +228,20 @@ int main(int argc, char** argv) {
             timing(benchmark::RegisterBenchmark(
                 (name + "/step:sparse" + exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n)).c_str(),
                 [=](benchmark::State& s) { sparse(s, threads, layout, n, queries, share); }));
-            if (decode && threads == 1 && (share == 8 || share == 16)) {  // the engine's step, skim::defaults
-              timing(benchmark::RegisterBenchmark(
-                  (name + "/step:defaults" + exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n))
-                      .c_str(),
-                  [=](benchmark::State& s) { defaults_step(s, layout, n, share); }));
+            if (decode && threads == 1 && n <= 32768) {  // the engine's step (skim::decode_step)
+              const auto engine = [&](const char* summ, std::int32_t bk, auto run) {
+                timing(benchmark::RegisterBenchmark((name + "/step:engine/sum:" + summ + "/bk:" + std::to_string(bk) +
+                                                     exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n))
+                                                        .c_str(),
+                                                    [=](benchmark::State& s) { run(s, layout, n, bk, share); }));
+              };
+              if (share == 8 || share == 16) engine("multi_centroid2", 4, engine_step<skim::defaults::summarizer>);
+              if (share == 8 && layout == kv_layout::head_major) {
+                engine("multi_centroid2", 8, engine_step<skim::summarize::multi_centroid<2>>);
+                engine("mean_pool", 4, engine_step<skim::summarize::mean_pool>);
+                engine("mean_pool", 16, engine_step<skim::summarize::mean_pool>);
+                engine("max_bound", 16, engine_step<skim::summarize::max_bound>);
+              }
             }
             if (decode && threads == 1 && (share == 2 || share == 8)) {  // one selection for both kv heads
               timing(benchmark::RegisterBenchmark(

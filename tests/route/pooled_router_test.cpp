@@ -23,6 +23,7 @@
 #include "skim/summarize/lsh_buckets.hpp"
 #include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"
+#include "skim/summarize/multi_centroid.hpp"
 #include "support/seed.hpp"
 
 using namespace skim;
@@ -473,6 +474,53 @@ TEST_CASE("route::pooled_router: one query per block makes last, mean and max th
   CHECK(std::memcmp(out[0].data(), out[2].data(), 4 * sizeof(float)) == 0);
 }
 
+// The router's decode scores, bit for bit, as the contract spells them out from S::score: each head's
+// score (NaN as -inf), summed in head order, times the scale. Its fast paths (score4: four heads side
+// by side; score4x2: two blocks a call, four heads as vector lanes, group sizes not a multiple of
+// four finished head by head) must give these bits.
+template <class S>
+void check_decode_bits(std::mt19937& rng) {
+  const std::int32_t heads_kv = pick(rng, {1, 2});
+  const std::int32_t group = pick(rng, {1, 2, 4, 6, 8, 12});
+  const std::int32_t d = pick(rng, {1, 3, 8, 13, 64, 128});
+  const std::int32_t n_kv = uniform(rng, 1, 90);
+  INFO("group " << group << ", heads_kv " << heads_kv << ", d " << d << ", keys " << n_kv);
+  const small_case c(rng, 1, n_kv, mask_kind::causal, group * heads_kv, heads_kv, d);
+  std::vector<float> records = build_records<S>(c.p, c.kv());
+  const pooled_router router{.pool = query_pool::last, .reduce = group_reduce::sum};
+  dirty_workspace ws(router.workspace_bytes(c.p));
+  const std::int32_t blocks = c.p.kv_blocks(0);
+  std::vector<float> got(static_cast<std::size_t>(heads_kv * blocks));
+  REQUIRE(router.score<S>(c.p, c.q_view(), records, got, ws.span()).ok());
+  const std::int64_t rf = S::record_floats(d);
+  for (std::int32_t h = 0; h < heads_kv; ++h) {
+    for (std::int32_t j = 0; j < blocks; ++j) {
+      const float* record = records.data() + (static_cast<std::int64_t>(j) * heads_kv + h) * rf;
+      float acc = 0.0f;
+      for (std::int32_t g = 0; g < group; ++g) {
+        const float x = S::score(record, c.q.data() + static_cast<std::int64_t>(h * group + g) * d, d);
+        acc += x > neg_inf ? x : neg_inf;
+      }
+      const float want = acc == neg_inf ? neg_inf : acc * c.p.scale();
+      const float have = got[static_cast<std::size_t>(h * blocks + j)];
+      INFO("kv head " << h << ", block " << j);
+      CHECK(std::memcmp(&want, &have, sizeof want) == 0);
+    }
+  }
+}
+
+TEST_CASE("route::pooled_router decode scores are S::score's bits (mean_pool, multi_centroid, max_bound)") {
+  const std::uint32_t seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  for (int i = 0; i < 12; ++i) {
+    check_decode_bits<summarize::mean_pool>(rng);
+    check_decode_bits<summarize::multi_centroid<2>>(rng);
+    check_decode_bits<summarize::multi_centroid<4>>(rng);
+    check_decode_bits<summarize::max_bound>(rng);
+  }
+}
+
 TEST_CASE("route::pooled_router: scores are in logit units (softmax scale applied)") {
   const std::uint32_t seed = fresh_seed();
   INFO("seed " << seed);
@@ -498,7 +546,8 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   const auto records = build_records<S>(c.p, c.kv());
   const pooled_router router{.pool = query_pool::max, .reduce = group_reduce::max};
   const std::size_t bytes = router.workspace_bytes(c.p);
-  CHECK(bytes == (2 * 4 * 16 + 2) * sizeof(float));  // [group 2, bq 4, prepared_query_capacity(d 8) = 16], 2 scores
+  // [group 2, bq 4, prepared_query_capacity(d 8) = 16], 2 x 2 scores, 2 x 8 interleaved query floats
+  CHECK(bytes == (2 * 4 * 16 + 2 * 2 + 2 * 8) * sizeof(float));
   dirty_workspace ws(bytes + workspace_alignment);
   std::vector<float> scores(12, 0.0f);
   REQUIRE(router.score<S>(c.p, c.q_view(), records, scores, ws.span()).ok());
@@ -528,7 +577,7 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   expect(router.score<S>(c.p, c.q_view(), records, std::span(scores).first(11), ws.span()),
          status_code::shape_mismatch, "scores has 11 floats, needs 12 (4 index rows x 3 max kv blocks)");
   expect(router.score<S>(c.p, c.q_view(), records, scores, ws.span().first(bytes - 1)),
-         status_code::workspace_too_small, "workspace has 519 bytes, needs 520");
+         status_code::workspace_too_small, "workspace has 591 bytes, needs 592");
   const auto misaligned = ws.span().subspan(4, bytes);
   const status mis = router.score<S>(c.p, c.q_view(), records, scores, misaligned);
   CHECK(mis.code() == status_code::misaligned);
@@ -560,5 +609,5 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   expect(router.score_row<S>(c.p, good, c.q_view(), records, std::span(one).first(2), ws.span()),
          status_code::shape_mismatch, "scores of row 3 has 2 floats, needs kv blocks 3");
   expect(router.score_row<S>(c.p, good, c.q_view(), records, one, {}), status_code::workspace_too_small,
-         "workspace has 0 bytes, needs 520");
+         "workspace has 0 bytes, needs 592");
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -201,4 +202,46 @@ TEST_CASE("summarize::multi_centroid: an empty record scores -inf; scratch is (M
   CHECK(multi_centroid<4>::score(record.data(), q, 6) == -std::numeric_limits<float>::infinity());
   CHECK(multi_centroid<4>::workspace_floats(6) == 5 * 6 + 4);
   CHECK(multi_centroid<4>::record_floats(6) == 4 * 6 + 4);
+}
+
+TEST_CASE("summarize::multi_centroid and mean_pool score4x2: score()'s bits for two records, empty ones too") {
+  // A record with keys next to an empty one, and a partial block of one key (multi_centroid: one
+  // cluster has no key), against score() query by query.
+  const std::int32_t d = 13;
+  const float keys[3][d] = {{0.5f, -1.25f, 2.0f, 0.125f, -0.75f, 1.5f, 3.0f, -2.5f, 0.0625f, 1.0f, -0.5f, 0.25f, 2.25f},
+                            {-1.0f, 0.75f, -0.25f, 1.75f, 0.5f, -2.0f, 0.375f, 1.25f, -1.5f, 0.625f, 2.5f, -0.125f, 1.0f},
+                            {2.0f, 0.25f, -1.75f, -0.5f, 1.125f, 0.875f, -3.0f, 0.5f, 1.5f, -0.25f, 0.75f, 1.0f, -2.0f}};
+  float q[4][d];
+  for (int g = 0; g < 4; ++g) {
+    for (std::int32_t i = 0; i < d; ++i) q[g][i] = 0.3f * static_cast<float>(g + 1) - 0.17f * static_cast<float>(i % 7);
+  }
+  float q4[4 * d];
+  summarize::detail::interleave4(&q[0][0], d, d, q4);
+  const auto check_pair = [&](auto summarizer, const std::vector<float>& r0, const std::vector<float>& r1) {
+    using S = decltype(summarizer);
+    float out[8];
+    S::score4x2(r0.data(), r1.data(), q4, d, out);
+    for (int g = 0; g < 4; ++g) {
+      const float want0 = S::score(r0.data(), q[g], d), want1 = S::score(r1.data(), q[g], d);
+      CHECK(std::memcmp(&out[g], &want0, sizeof(float)) == 0);
+      CHECK(std::memcmp(&out[4 + g], &want1, sizeof(float)) == 0);
+    }
+  };
+  const auto record = [&](auto summarizer, int n_keys) {
+    using S = decltype(summarizer);
+    std::vector<float> r(static_cast<std::size_t>(S::record_floats(d)));
+    std::vector<float> scratch(static_cast<std::size_t>(std::max<std::int64_t>(S::workspace_floats(d), 1)));
+    S::init(r.data(), d);
+    for (int t = 0; t < n_keys; ++t) S::append(r.data(), keys[t], t, 3, d);
+    if (n_keys == 3) S::complete_block(r.data(), [&](std::int32_t slot) { return keys[slot]; }, 3, d, scratch.data());
+    return r;
+  };
+  for (int a = 0; a <= 3; a += 1) {
+    for (int b = 0; b <= 3; b += 3) {
+      check_pair(multi_centroid<2>{}, record(multi_centroid<2>{}, a), record(multi_centroid<2>{}, b));
+      check_pair(multi_centroid<4>{}, record(multi_centroid<4>{}, a), record(multi_centroid<4>{}, b));
+      check_pair(mean_pool{}, record(mean_pool{}, a), record(mean_pool{}, b));
+    }
+  }
+  CHECK(multi_centroid<2>::score(record(multi_centroid<2>{}, 0).data(), q[0], d) == -std::numeric_limits<float>::infinity());
 }

@@ -6,6 +6,7 @@
 // exactly, because fp32 rounding is monotone (see max_bound.hpp).
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "skim/core/dtypes.hpp"
@@ -44,6 +45,50 @@ SKIM_FORCEINLINE void dot4(const float* SKIM_RESTRICT q, std::int64_t stride, co
   out[1] = a1;
   out[2] = a2;
   out[3] = a3;
+}
+
+// Four queries interleaved for dots4: q4[4·i + g] = (q + g·stride)[i], i < head_dim, g < 4.
+SKIM_FORCEINLINE void interleave4(const float* SKIM_RESTRICT q, std::int64_t stride, std::int32_t head_dim,
+                                  float* SKIM_RESTRICT q4) noexcept {
+  for (std::int32_t i = 0; i < head_dim; ++i) {
+    for (int g = 0; g < 4; ++g) q4[4 * i + g] = q[g * stride + i];
+  }
+}
+
+// out[n][g] = dot(query g, k[n]) for n < N, g < 4, the queries interleaved as interleave4 writes
+// them: each sum in index order, rounded step by step as dot() rounds it (the same bits). Where the
+// compiler has GCC's vector extensions, the four queries' sums of one k[n] are the lanes of one
+// 4-float vector (a multiply and an add per element for four heads, lane by lane the scalar
+// operations) and the N vectors' sums run side by side.
+template <int N>
+SKIM_FORCEINLINE void dots4(const float* SKIM_RESTRICT q4, const float* const (&k)[N], std::int32_t head_dim,
+                            float (&out)[N][4]) noexcept {
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+  typedef float lanes __attribute__((vector_size(16)));
+  lanes acc[N];
+  for (int n = 0; n < N; ++n) acc[n] = lanes{0.0f, 0.0f, 0.0f, 0.0f};
+  for (std::int32_t i = 0; i < head_dim; ++i) {
+    lanes qi;
+    std::memcpy(&qi, q4 + 4 * i, sizeof qi);
+    for (int n = 0; n < N; ++n) {
+      const float x = k[n][i];
+      acc[n] += qi * lanes{x, x, x, x};
+    }
+  }
+  for (int n = 0; n < N; ++n) {
+    for (int g = 0; g < 4; ++g) out[n][g] = acc[n][g];
+  }
+#else
+  for (int n = 0; n < N; ++n) {
+    for (int g = 0; g < 4; ++g) out[n][g] = 0.0f;
+  }
+  for (std::int32_t i = 0; i < head_dim; ++i) {
+    for (int n = 0; n < N; ++n) {
+      const float x = k[n][i];
+      for (int g = 0; g < 4; ++g) out[n][g] += q4[4 * i + g] * x;
+    }
+  }
+#endif
 }
 
 }  // namespace skim::summarize::detail

@@ -37,7 +37,8 @@
 // TQ = float, half or bfloat16). The records of the row's kv head are read once per block. A score
 // is a chain of dependent additions (its order is part of its bits); with last/mean pooling a
 // summarizer defining score4 (max_bound, mean_pool, multi_centroid) scores four heads of the group
-// side by side, four chains in flight, the same bits.
+// side by side, four chains in flight, and one defining score4x2 (mean_pool, multi_centroid) two
+// blocks a call with the four heads as the lanes of one vector: the same bits.
 //
 // Entry points (no allocation; scratch is the pooled query vectors, from the caller's workspace of
 // workspace_bytes(problem) bytes, aligned to workspace_alignment):
@@ -59,6 +60,7 @@
 #include "skim/core/status.hpp"
 #include "skim/core/views.hpp"
 #include "skim/core/workspace.hpp"
+#include "skim/detail/dot.hpp"
 #include "skim/summarize/build.hpp"
 #include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"
@@ -128,7 +130,8 @@ struct pooled_router {
 
   // Scratch: [heads_per_row, vectors per head (block_q for max, else 1), prepared_query_capacity(head_dim)]
   // pooled fp32 queries, each prepared in place for the summarizer (summarizer.hpp, requirement 8),
-  // then heads_per_row floats of one block's scores.
+  // then heads_per_row floats of scores for each of two blocks, then heads_per_row · head_dim floats
+  // of the queries interleaved by four (requirement 11).
   [[nodiscard]] std::size_t workspace_bytes(const problem& p) const noexcept {
     workspace_arena measure;
     (void)take_queries(measure, p);
@@ -238,8 +241,11 @@ struct pooled_router {
     if (p.heads_q <= 0 || p.heads_kv <= 0 || p.head_dim <= 0 || p.block_q <= 0) return arena.take<float>(0);
     const std::size_t heads = p.scope == index_scope::kv_head ? static_cast<std::size_t>(p.heads_q / p.heads_kv) : 1;
     const std::size_t vectors = pool == query_pool::max ? static_cast<std::size_t>(p.block_q) : 1;
-    // The queries, then one score per head (score_unchecked's group_scores).
-    return arena.take<float>(heads * vectors * static_cast<std::size_t>(prepared_query_capacity(p.head_dim)) + heads);
+    // The queries, then one score per head for two blocks (score_unchecked's group_scores and
+    // pair_scores), then the queries interleaved by four (q4: heads_per_row · head_dim floats).
+    const auto d = static_cast<std::size_t>(p.head_dim);
+    return arena.take<float>(heads * vectors * static_cast<std::size_t>(prepared_query_capacity(p.head_dim)) +
+                             2 * heads + heads * d);
   }
 
   // @pre everything score_row checks; queries is the take_queries span.
@@ -273,8 +279,15 @@ struct pooled_router {
     const std::int64_t rf = S::record_floats(d);
     const std::int64_t block_stride = static_cast<std::int64_t>(p.heads_kv) * rf;
     const float scale = p.scale();
-    for (std::int32_t j = 0; j < r.visible_blocks; ++j) {
-      const float* record = seq_records + j * block_stride + kv_head * rf;
+    const auto record_of = [&](std::int32_t j) { return seq_records + j * block_stride + kv_head * rf; };
+    // One vector per head (last, mean): the group's scores at once (score_group: four heads side by
+    // side where S allows, score_group_pair: two blocks too; the same bits), then reduced in head
+    // order as below.
+    float* group_scores = queries + static_cast<std::int64_t>(heads) * vectors * cap;
+    float* pair_scores = group_scores + heads;
+    float* q4 = pair_scores + heads;
+    // Block j's score from its heads' scores (one vector per head) or from its record (max pooling).
+    const auto finish = [&](std::int32_t j, const float* record, const float* head_scores) {
       // With max pooling, query t scores block j only if it sees one of its keys: t + offset + 1 > j·bk.
       std::int32_t v_first = 0;
       if (pool == query_pool::max && p.mask == mask_kind::causal) {
@@ -282,15 +295,11 @@ struct pooled_router {
         v_first = t > r.q_begin ? static_cast<std::int32_t>(t - r.q_begin) : 0;
       }
       float acc = reduce == group_reduce::max ? detail::neg_inf : 0.0f;
-      // One vector per head (last, mean): the group's scores at once (score_group: four heads side
-      // by side where S allows, the same bits), then reduced in head order as below.
-      float* group_scores = queries + static_cast<std::int64_t>(heads) * vectors * cap;
-      if (vectors == 1) score_group<S>(record, queries, cap, heads, d, group_scores);
       for (std::int32_t g = 0; g < heads; ++g) {
         const float* head_queries = queries + static_cast<std::int64_t>(g) * vectors * cap;
         float s = detail::neg_inf;
         if (vectors == 1) {
-          s = group_scores[g];
+          s = head_scores[g];
           s = s > detail::neg_inf ? s : detail::neg_inf;  // as the max over one score below (NaN -> -inf)
         }
         for (std::int32_t v = vectors == 1 ? vectors : v_first; v < vectors; ++v) {
@@ -305,8 +314,26 @@ struct pooled_router {
       }
       if (reduce == group_reduce::mean) acc /= static_cast<float>(heads);
       scores[j] = acc == detail::neg_inf ? detail::neg_inf : acc * scale;  // an empty record stays -inf
+    };
+    std::int32_t j = 0;
+    if constexpr (scores_four_pairs<S>) {
+      if (vectors == 1) {
+        for (std::int32_t g = 0; g + 4 <= heads; g += 4) {
+          summarize::detail::interleave4(queries + static_cast<std::int64_t>(g) * cap, cap, d,
+                                         q4 + static_cast<std::int64_t>(g) * d);
+        }
+        for (; j + 1 < r.visible_blocks; j += 2) {
+          score_group_pair<S>(record_of(j), record_of(j + 1), queries, cap, q4, heads, d, group_scores, pair_scores);
+          finish(j, record_of(j), group_scores);
+          finish(j + 1, record_of(j + 1), pair_scores);
+        }
+      }
     }
-    for (std::size_t j = static_cast<std::size_t>(r.visible_blocks); j < scores.size(); ++j) scores[j] = detail::neg_inf;
+    for (; j < r.visible_blocks; ++j) {
+      if (vectors == 1) score_group<S>(record_of(j), queries, cap, heads, d, group_scores);
+      finish(j, record_of(j), group_scores);
+    }
+    for (std::size_t t = static_cast<std::size_t>(r.visible_blocks); t < scores.size(); ++t) scores[t] = detail::neg_inf;
   }
 };
 static_assert(router<pooled_router, summarize::mean_pool>);

@@ -49,8 +49,19 @@ struct mean_pool {
     detail::dot4(q, stride, record, head_dim, out);
     for (int g = 0; g < 4; ++g) out[g] /= count;
   }
+  // score4() of two records, the queries interleaved (detail::interleave4): out[4·b + g], the same bits.
+  static void score4x2(const float* record0, const float* record1, const float* q4, std::int32_t head_dim,
+                       float* out) noexcept {
+    const float* const records[2] = {record0, record1};
+    float s[2][4];
+    detail::dots4<2>(q4, records, head_dim, s);
+    for (int b = 0; b < 2; ++b) {
+      const float count = records[b][head_dim];
+      for (int g = 0; g < 4; ++g) out[4 * b + g] = count == 0.0f ? detail::neg_inf : s[b][g] / count;
+    }
+  }
 };
 static_assert(summarizer<mean_pool>);
-static_assert(scores_four<mean_pool>);
+static_assert(scores_four_pairs<mean_pool>);
 
 }  // namespace skim::summarize
