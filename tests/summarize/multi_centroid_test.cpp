@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "skim/summarize/max_bound.hpp"
 #include "skim/summarize/mean_pool.hpp"
 #include "skim/summarize/multi_centroid.hpp"
 #include "summarize/summarize_testing.hpp"
@@ -204,7 +205,7 @@ TEST_CASE("summarize::multi_centroid: an empty record scores -inf; scratch is (M
   CHECK(multi_centroid<4>::record_floats(6) == 4 * 6 + 4);
 }
 
-TEST_CASE("summarize::multi_centroid and mean_pool score4x2: score()'s bits for two records, empty ones too") {
+TEST_CASE("summarize::multi_centroid, mean_pool and max_bound score4x2: score()'s bits for two records, empty ones too") {
   // A record with keys next to an empty one, and a partial block of one key (multi_centroid: one
   // cluster has no key), against score() query by query.
   const std::int32_t d = 13;
@@ -241,6 +242,7 @@ TEST_CASE("summarize::multi_centroid and mean_pool score4x2: score()'s bits for 
       check_pair(multi_centroid<2>{}, record(multi_centroid<2>{}, a), record(multi_centroid<2>{}, b));
       check_pair(multi_centroid<4>{}, record(multi_centroid<4>{}, a), record(multi_centroid<4>{}, b));
       check_pair(mean_pool{}, record(mean_pool{}, a), record(mean_pool{}, b));
+      check_pair(summarize::max_bound{}, record(summarize::max_bound{}, a), record(summarize::max_bound{}, b));
     }
   }
   CHECK(multi_centroid<2>::score(record(multi_centroid<2>{}, 0).data(), q[0], d) == -std::numeric_limits<float>::infinity());

@@ -91,4 +91,45 @@ SKIM_FORCEINLINE void dots4(const float* SKIM_RESTRICT q4, const float* const (&
 #endif
 }
 
+// out[n][g] = the sum over i in index order of max(q_g[i]·lo_n[i], q_g[i]·hi_n[i]) (as `a > b ? a : b`:
+// the second product where they tie or one is NaN), n < N, g < 4, the queries interleaved as
+// interleave4 writes them: max_bound's score term, rounded step by step, the same bits lane by lane
+// as the scalar loop; vectors as in dots4.
+template <int N>
+SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const float* const (&lo)[N],
+                                  const float* const (&hi)[N], std::int32_t head_dim, float (&out)[N][4]) noexcept {
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+  typedef float lanes __attribute__((vector_size(16)));
+  typedef std::int32_t mask __attribute__((vector_size(16)));
+  lanes acc[N];
+  for (int n = 0; n < N; ++n) acc[n] = lanes{0.0f, 0.0f, 0.0f, 0.0f};
+  for (std::int32_t i = 0; i < head_dim; ++i) {
+    lanes qi;
+    std::memcpy(&qi, q4 + 4 * i, sizeof qi);
+    for (int n = 0; n < N; ++n) {
+      const float l = lo[n][i], h = hi[n][i];
+      const lanes a = qi * lanes{l, l, l, l};
+      const lanes b = qi * lanes{h, h, h, h};
+      const mask take_a = a > b;  // all ones where a > b
+      acc[n] += (lanes)(((mask)a & take_a) | ((mask)b & ~take_a));  // vector casts keep the bits
+    }
+  }
+  for (int n = 0; n < N; ++n) {
+    for (int g = 0; g < 4; ++g) out[n][g] = acc[n][g];
+  }
+#else
+  for (int n = 0; n < N; ++n) {
+    for (int g = 0; g < 4; ++g) out[n][g] = 0.0f;
+  }
+  for (std::int32_t i = 0; i < head_dim; ++i) {
+    for (int n = 0; n < N; ++n) {
+      for (int g = 0; g < 4; ++g) {
+        const float a = q4[4 * i + g] * lo[n][i], b = q4[4 * i + g] * hi[n][i];
+        out[n][g] += a > b ? a : b;
+      }
+    }
+  }
+#endif
+}
+
 }  // namespace skim::summarize::detail

@@ -37,8 +37,8 @@
 // TQ = float, half or bfloat16). The records of the row's kv head are read once per block. A score
 // is a chain of dependent additions (its order is part of its bits); with last/mean pooling a
 // summarizer defining score4 (max_bound, mean_pool, multi_centroid) scores four heads of the group
-// side by side, four chains in flight, and one defining score4x2 (mean_pool, multi_centroid) two
-// blocks a call with the four heads as the lanes of one vector: the same bits.
+// side by side, four chains in flight, and one defining score4x2 (the three of them) two blocks a
+// call with the four heads as the lanes of one vector: the same bits.
 //
 // Entry points (no allocation; scratch is the pooled query vectors, from the caller's workspace of
 // workspace_bytes(problem) bytes, aligned to workspace_alignment):
