@@ -320,7 +320,7 @@ struct kernels {
       sum += e;
     }
     st.m = m;
-    st.l = alpha * st.l + xsimd::hadd(sum);
+    st.l = mul_add(alpha, st.l, xsimd::hadd(sum));
     return alpha;
   }
 
@@ -500,13 +500,13 @@ struct kernels {
         const float ca = std::exp(st.m - m);  // 0 while st is empty
         const float cb = std::exp(b.m - m);
         st.m = m;
-        st.l = ca * st.l + cb * b.l;
+        st.l = mul_add(cb, b.l, ca * st.l);  // as the rows of U below: cb·src + (ca·dst)
         std::int32_t e = 0;
         for (; e + w <= d; e += w) {
           fmadd<Arch>(batch(cb), batch::load_aligned(src + e), batch(ca) * batch::load_aligned(dst + e))
               .store_aligned(dst + e);
         }
-        for (; e < d; ++e) dst[e] = ca * dst[e] + cb * src[e];
+        for (; e < d; ++e) dst[e] = mul_add(cb, src[e], ca * dst[e]);
       }
       t.state[static_cast<std::size_t>(r)] = st;
     }

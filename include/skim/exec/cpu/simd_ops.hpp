@@ -5,6 +5,7 @@
 // and the per-arch files, which hold every intrinsic (docs/design.md §15). An arch file's
 // functions exist only in a translation unit compiled with its -m flags.
 
+#include <cmath>
 #include <cstdint>
 
 #include "skim/config.hpp"
@@ -29,6 +30,19 @@ inline constexpr std::int32_t accumulators_per_row = simd_arch::accumulators_per
 template <class Arch>
 SKIM_FORCEINLINE fbatch<Arch> fmadd(fbatch<Arch> a, fbatch<Arch> b, fbatch<Arch> c) noexcept {
   return simd_arch::fmadd(a, b, c, Arch{});
+}
+
+// a·b + c for one float, rounded the same way in every inlined copy: once where the target has a
+// fused multiply-add (std::fma is then one instruction), twice elsewhere (nothing to fuse into).
+// Written as a·b + c, the compiler may fuse it in one copy and not in another (GCC contracts across
+// statements by default, -ffp-contract=fast), and two callers of a kernel then differ in the last
+// bit: the fused and per-head decode paths merge a split row's partials this way.
+SKIM_FORCEINLINE float mul_add(float a, float b, float c) noexcept {
+#if defined(__FP_FAST_FMAF) || defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
 }
 
 // width<Arch> consecutive elements at p, as float. @pre p[0, width) is readable.
