@@ -43,7 +43,9 @@ struct case_spec {
   mask_kind mask = mask_kind::causal;
   index_scope scope = index_scope::kv_head;
   float softmax_scale = 0.0f;
-  std::vector<sequence_lengths> seqs{{1, 1}};
+  // One sequence of one query and one key (built by count, not from a braced list: GCC 12 warns,
+  // falsely, that the list's array may be used uninitialized where the copy is inlined).
+  std::vector<sequence_lengths> seqs = std::vector<sequence_lengths>(1, sequence_lengths{1, 1});
   bool paged = false;
   std::int32_t page_size = 16;
   bool q_head_major = false;  // Q as [heads, tokens, dim] instead of [tokens, heads, dim]

@@ -1,10 +1,10 @@
 // exec::simd<Arch>'s own promises, for every xsimd arch this translation unit is compiled for
 // (executors.hpp: simd<default_arch> in skim_tests; tests/CMakeLists.txt builds this file again with
 // -mavx2 -mfma and with -mavx512f ..., and for aarch64 under qemu): decode with fused kv heads (a
-// head-invariant index: one item reads every kv head's tiles), the per-id checks of run_items and
-// of split decode rows, int8 and fp8 e4m3 K/V, and the fp8 loads of every code. What every CPU
-// executor promises (random shapes and index forms against the reference, workspace, threads,
-// storage, allocation) is conformance_test.cpp's.
+// head-invariant index: one item reads every kv head's tiles), the runs of consecutive small blocks
+// a decode tile takes, the per-id checks of run_items and of split decode rows, int8 and fp8 e4m3
+// K/V, and the fp8 loads of every code. What every CPU executor promises (random shapes and index
+// forms against the reference, workspace, threads, storage, allocation) is conformance_test.cpp's.
 #include "skim/exec/cpu/simd.hpp"
 
 #include <doctest/doctest.h>
@@ -128,6 +128,31 @@ TEST_CASE_TEMPLATE("simd fused decode: a head-invariant index gives the bits of 
     }
     check_fused(shared_table{.rows = {ids, count, width}, .index_heads = p.index_heads()}, "head_shared block_table");
   }
+}
+
+// A decode unit's ids become runs of consecutive blocks, at most `most` long, each told the first id
+// of the run after it (-1 after the last), in order; no ids, no runs.
+TEST_CASE("simd decode: block_runs groups consecutive ids, at most `most` a run, each knowing the next") {
+  struct run {
+    std::int32_t first, blocks, next;
+    bool operator==(const run&) const = default;
+  };
+  const auto runs_of = [](std::int32_t most, const std::vector<std::int32_t>& ids) {
+    std::vector<run> out;
+    exec::detail::block_runs runs{most, [&](std::int32_t f, std::int32_t n, std::int32_t next) {
+                                    out.push_back({f, n, next});
+                                  }};
+    for (const std::int32_t id : ids) runs.add(id);
+    runs.flush();
+    return out;
+  };
+  const std::vector<std::int32_t> ids{0, 1, 2, 3, 4, 5, 9, 10, 12, 13, 14};
+  CHECK(runs_of(4, ids) == std::vector<run>{{0, 4, 4}, {4, 2, 9}, {9, 2, 12}, {12, 3, -1}});
+  CHECK(runs_of(2, ids) == std::vector<run>{{0, 2, 2}, {2, 2, 4}, {4, 2, 9}, {9, 2, 12}, {12, 2, 14}, {14, 1, -1}});
+  CHECK(runs_of(1, ids).size() == ids.size());
+  CHECK(runs_of(1, ids)[5] == run{5, 1, 9});
+  CHECK(runs_of(16, {7}) == std::vector<run>{{7, 1, -1}});
+  CHECK(runs_of(4, {}).empty());
 }
 
 TEST_CASE_TEMPLATE("simd reports a bad block id as a status, per id, like scalar", E, SKIM_TEST_SIMD_EXECUTORS) {

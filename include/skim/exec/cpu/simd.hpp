@@ -31,6 +31,10 @@
 //   - Next-tile prefetch. Each decode tile asks for the next selected tile's K and V rows (of its
 //     kv head) while it computes, one row per key it passes, into L2; V's rows in parts, each pass
 //     of P·V over the keys its own columns, so that the requests come at an even rate.
+//   Small blocks: a decode tile runs consecutive selected ids of its chunk together, as many blocks
+//   as its keys hold (kernels::decode_run_blocks: 4 blocks of 4 keys, 2 of 8; blocks of 9 keys or
+//   more one at a time), so that a tile's fixed work (softmax, the rescale of the output rows) is
+//   paid per run. Runs follow from the ids alone: any index giving the same ids gives the same bits.
 //
 // K/V: fp32, fp16, bf16 (widened in registers: F16C/AVX-512/NEON conversions where compiled, exact
 // bit arithmetic otherwise), and int8 or fp8 e4m3 codes with a scale per (block, kv head)
@@ -69,6 +73,38 @@
 #include "skim/index/head_invariant.hpp"
 
 namespace skim::exec {
+
+namespace detail {
+
+// A decode unit's selected ids in ascending order, gathered into runs of consecutive blocks of at
+// most `most` blocks; each run goes to run(first, blocks, next_first) once the next run's first id
+// is known (-1 after the last), so a tile can prefetch the next one.
+template <class Run>
+struct block_runs {
+  std::int32_t most = 1;
+  Run run;
+  std::int32_t first = -1;
+  std::int32_t count = 0;
+
+  void add(std::int32_t id) {
+    if (first >= 0 && id == first + count && count < most) {
+      ++count;
+      return;
+    }
+    if (first >= 0) run(first, count, id);
+    first = id;
+    count = 1;
+  }
+  void flush() {
+    if (first >= 0) run(first, count, -1);
+    first = -1;
+    count = 0;
+  }
+};
+template <class Run>
+block_runs(std::int32_t, Run) -> block_runs<Run>;
+
+}  // namespace detail
 
 template <class Arch>
 struct simd {
@@ -355,17 +391,19 @@ struct simd {
     const std::int64_t q_first = static_cast<std::int64_t>(p.cu_seqlens_q[u.row.seq]) + u.row.q_begin;
     const std::int32_t kv_head = u.first_head / p.group_size();
     kernels::load_q(a.q, t, p, q_first, u.first_head, u.heads, queries);
-    // Decode runs a tile behind the cursor, so that each tile knows the next one (to prefetch it).
-    std::int32_t pending = -1;
+    // Decode runs a tile behind the cursor, so that each tile knows the next one (to prefetch it),
+    // and runs consecutive small blocks as one tile (block_runs).
+    detail::block_runs runs{kernels::decode_run_blocks(p), [&](std::int32_t first, std::int32_t n, std::int32_t next) {
+                      kernels::tile(kv, t, p, u.row, kv_head, first, u.rows, queries, true, next, n);
+                    }};
     SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) {
       if (!u.decode) {
         kernels::tile(kv, t, p, u.row, kv_head, id, u.rows, queries, false);
         return;
       }
-      if (pending >= 0) kernels::tile(kv, t, p, u.row, kv_head, pending, u.rows, queries, true, id);
-      pending = id;
+      runs.add(id);
     }));
-    if (pending >= 0) kernels::tile(kv, t, p, u.row, kv_head, pending, u.rows, queries, true);
+    runs.flush();
 
     if (u.chunks == 1) {
       kernels::finish(a.o, a.lse, t, p, q_first, u.first_head, u.heads, queries);
@@ -396,18 +434,16 @@ struct simd {
     for (std::int32_t g = 0; g < p.heads_kv; ++g) {
       kernels::load_q(a.q, t.rows_from(g * gr), p, q_first, g * group, group, queries);
     }
-    // Block by block, kv head 0, 1, ... in turn (one tile behind the cursor, as in run_chunk).
-    std::int32_t pending = -1;
-    const auto run_block = [&](std::int32_t id, std::int32_t next) {
-      for (std::int32_t g = 0; g < p.heads_kv; ++g) {
-        kernels::tile(kv, t.rows_from(g * gr), p, u.row, g, id, group * queries, queries, true, next);
-      }
-    };
-    SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) {
-      if (pending >= 0) run_block(pending, id);
-      pending = id;
-    }));
-    if (pending >= 0) run_block(pending, -1);
+    // Block by block (runs of consecutive small blocks as one tile), kv head 0, 1, ... in turn (one
+    // tile behind the cursor, as in run_chunk).
+    detail::block_runs runs{kernels::decode_run_blocks(p), [&](std::int32_t first, std::int32_t n, std::int32_t next) {
+                      for (std::int32_t g = 0; g < p.heads_kv; ++g) {
+                        kernels::tile(kv, t.rows_from(g * gr), p, u.row, g, first, group * queries, queries, true,
+                                      next, n);
+                      }
+                    }};
+    SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) { runs.add(id); }));
+    runs.flush();
 
     const auto finish_all = [&] {
       for (std::int32_t g = 0; g < p.heads_kv; ++g) {

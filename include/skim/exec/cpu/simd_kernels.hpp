@@ -65,6 +65,16 @@ struct kernels {
   [[nodiscard]] static std::int32_t dim_pad(const problem& p) noexcept {
     return (p.head_dim + w - 1) / w * w;
   }
+  // Keys a tile holds (tiles::ks): block_kv rounded up to a cache line of floats.
+  [[nodiscard]] static std::size_t key_stride(const problem& p) noexcept {
+    return align_up(static_cast<std::size_t>(p.block_kv > 0 ? p.block_kv : 1), floats_per_line);
+  }
+  // Consecutive selected blocks one decode tile may run: as many as its keys hold (4 blocks of 4
+  // keys, 2 of 8; 1 from 9 keys on, where nothing changes). A tile's fixed work (softmax, the
+  // rescale of the output rows) is then paid once per run instead of once per small block.
+  [[nodiscard]] static std::int32_t decode_run_blocks(const problem& p) noexcept {
+    return p.block_kv > 0 ? static_cast<std::int32_t>(key_stride(p) / static_cast<std::size_t>(p.block_kv)) : 1;
+  }
 
   // One slot's scratch. Rows of a unit are r = head_in_unit · queries + query.
   struct tiles {
@@ -87,7 +97,7 @@ struct kernels {
     [[nodiscard]] static tiles carve(const problem& p, std::int32_t max_rows, workspace_arena& arena) noexcept {
       tiles t;
       t.ds = dim_stride(p);
-      t.ks = align_up(static_cast<std::size_t>(p.block_kv), floats_per_line);
+      t.ks = key_stride(p);
       const std::size_t rows_pad = align_up(static_cast<std::size_t>(max_rows), mr);
       t.q = arena.take<float>(rows_pad * t.ds);
       t.kt = arena.take<float>(static_cast<std::size_t>(p.head_dim) * t.ks);
@@ -352,14 +362,18 @@ struct kernels {
   // unit runs next: row j of it as the first block of rows passes key j, so the requests are
   // spread over the tile's work and arrive a tile ahead. Without them the hardware prefetchers
   // restart at every tile (selected blocks are apart, rows of one head are strided).
+  // A decode tile may run `blocks` consecutive blocks from id (at most decode_run_blocks(p)); a
+  // prefill tile runs one.
   template <class KV>
   static void tile(const KV& kv, const tiles& t, const problem& p, const row_info& row, std::int32_t kv_head,
                    std::int32_t id, std::int32_t rows, std::int32_t queries, bool decode,
-                   std::int32_t next_id = -1) noexcept {
+                   std::int32_t next_id = -1, std::int32_t blocks = 1) noexcept {
+    SKIM_DASSERT(blocks == 1 || (decode && blocks <= decode_run_blocks(p)));
     const std::int32_t d = p.head_dim;
     const std::int32_t dp = dim_pad(p);
     const std::int32_t k0 = id * p.block_kv;
-    const std::int32_t tile_keys = row.kv_len - k0 < p.block_kv ? row.kv_len - k0 : p.block_kv;
+    const std::int32_t span = blocks * p.block_kv;
+    const std::int32_t tile_keys = row.kv_len - k0 < span ? row.kv_len - k0 : span;
 
     using T = typename KV::value_type;
     constexpr bool quantized = is_quantized_kv<KV>;
@@ -401,8 +415,9 @@ struct kernels {
       }
     }
 
-    // Keys of the tile each query sees: all of them on a full tile, a prefix on a partial one.
-    if (row.is_full(id)) {
+    // Keys of the tile each query sees: all of them on a full tile, a prefix on a partial one (a run
+    // is full where its last block is: earlier blocks are seen by at least as many queries).
+    if (row.is_full(id + blocks - 1)) {
       for (std::int32_t qq = 0; qq < queries; ++qq) t.keys[static_cast<std::size_t>(qq)] = tile_keys;
     } else {
       for (std::int32_t qq = 0; qq < queries; ++qq) {
