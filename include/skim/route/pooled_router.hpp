@@ -38,7 +38,8 @@
 // is a chain of dependent additions (its order is part of its bits); with last/mean pooling a
 // summarizer defining score4 (max_bound, mean_pool, multi_centroid) scores four heads of the group
 // side by side, four chains in flight, and one defining score4x2 (the three of them) two blocks a
-// call with the four heads as the lanes of one vector: the same bits.
+// call with the four heads as the lanes of one vector: the same bits. That loop also asks for the
+// records 32 blocks ahead (one kv head's records are strided: the hardware prefetchers lose them).
 //
 // Entry points (no allocation; scratch is the pooled query vectors, from the caller's workspace of
 // workspace_bytes(problem) bytes, aligned to workspace_alignment):
@@ -55,6 +56,7 @@
 
 #include "skim/concepts/router.hpp"
 #include "skim/concepts/summarizer.hpp"
+#include "skim/config.hpp"
 #include "skim/core/dtypes.hpp"
 #include "skim/core/problem.hpp"
 #include "skim/core/status.hpp"
@@ -322,7 +324,20 @@ struct pooled_router {
           summarize::detail::interleave4(queries + static_cast<std::int64_t>(g) * cap, cap, d,
                                          q4 + static_cast<std::int64_t>(g) * d);
         }
+        // Records are [block, kv head, record]: one kv head's lie apart, a few to a page, and the
+        // hardware prefetchers, which stop at page ends, keep losing them once they come from DRAM.
+        // So decode asks for the records prefetch_blocks ahead into L2, a request per line (at
+        // N = 32768 scoring took half the time; docs/performance.md, the engine's decode step).
+        // Written in place: GCC 12 (-O1 and up) deletes the calls of a lambda that only prefetches.
+        constexpr std::int32_t prefetch_blocks = 32;
+        const std::int64_t record_bytes = rf * static_cast<std::int64_t>(sizeof(float));
         for (; j + 1 < r.visible_blocks; j += 2) {
+          if (j + prefetch_blocks + 1 < r.visible_blocks) {
+            for (std::int32_t k = 0; k < 2; ++k) {
+              const char* ahead = reinterpret_cast<const char*>(record_of(j + prefetch_blocks + k));
+              for (std::int64_t at = 0; at < record_bytes; at += 64) SKIM_PREFETCH_L2(ahead + at);
+            }
+          }
           score_group_pair<S>(record_of(j), record_of(j + 1), queries, cap, q4, heads, d, group_scores, pair_scores);
           finish(j, record_of(j), group_scores);
           finish(j + 1, record_of(j + 1), pair_scores);

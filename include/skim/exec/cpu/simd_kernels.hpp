@@ -181,7 +181,7 @@ struct kernels {
   // L1: a tile ahead is 16-64 KiB per kv head, as much as L1 holds (L1 hints measured no faster).
   SKIM_FORCEINLINE static void prefetch_row(const void* p, std::size_t n) noexcept {
     const char* c = static_cast<const char*>(p);
-    for (std::size_t b = 0; b < n; b += 64) __builtin_prefetch(c + b, 0, 2);
+    for (std::size_t b = 0; b < n; b += 64) SKIM_PREFETCH_L2(c + b);
   }
 
   // S[0..mr)[0, keys) by dot products with K rows read from the source (converted in registers):
