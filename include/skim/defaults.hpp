@@ -13,8 +13,8 @@
 //    where mean_pool loses a fifth of them, and lowers the perplexity change too. Its record is
 //    2 * head_dim + 2 floats per block and kv head, half of K at blocks of 4 (mean_pool: a quarter),
 //    and scoring it is half of a q·k pass over the block: a CPU decode step with these defaults costs
-//    as much as dense attention or more (docs/performance.md), so an engine bound by decode time takes blocks
-//    of 8 or mean_pool over larger blocks at the measured loss;
+//    about as much as dense attention (docs/performance.md), so an engine bound by decode time takes
+//    blocks of 8 or mean_pool over larger blocks at the measured loss;
 //  - scored by the pooled router with the scores of a kv head's query heads summed
 //    (group_reduce::sum): one selection per kv head, so a decode step reads each selected block
 //    once for the whole GQA group;
