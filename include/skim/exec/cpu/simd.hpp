@@ -393,9 +393,10 @@ struct simd {
     kernels::load_q(a.q, t, p, q_first, u.first_head, u.heads, queries);
     // Decode runs a tile behind the cursor, so that each tile knows the next one (to prefetch it),
     // and runs consecutive small blocks as one tile (block_runs).
-    detail::block_runs runs{kernels::decode_run_blocks(p), [&](std::int32_t first, std::int32_t n, std::int32_t next) {
-                      kernels::tile(kv, t, p, u.row, kv_head, first, u.rows, queries, true, next, n);
-                    }};
+    const auto run_tile = [&](std::int32_t first, std::int32_t blocks, std::int32_t next) {
+      kernels::tile(kv, t, p, u.row, kv_head, first, u.rows, queries, true, next, blocks);
+    };
+    detail::block_runs runs{kernels::decode_run_blocks(p), run_tile};
     SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) {
       if (!u.decode) {
         kernels::tile(kv, t, p, u.row, kv_head, id, u.rows, queries, false);
@@ -436,12 +437,12 @@ struct simd {
     }
     // Block by block (runs of consecutive small blocks as one tile), kv head 0, 1, ... in turn (one
     // tile behind the cursor, as in run_chunk).
-    detail::block_runs runs{kernels::decode_run_blocks(p), [&](std::int32_t first, std::int32_t n, std::int32_t next) {
-                      for (std::int32_t g = 0; g < p.heads_kv; ++g) {
-                        kernels::tile(kv, t.rows_from(g * gr), p, u.row, g, first, group * queries, queries, true,
-                                      next, n);
-                      }
-                    }};
+    const auto run_tiles = [&](std::int32_t first, std::int32_t blocks, std::int32_t next) {
+      for (std::int32_t g = 0; g < p.heads_kv; ++g) {
+        kernels::tile(kv, t.rows_from(g * gr), p, u.row, g, first, group * queries, queries, true, next, blocks);
+      }
+    };
+    detail::block_runs runs{kernels::decode_run_blocks(p), run_tiles};
     SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) { runs.add(id); }));
     runs.flush();
 
