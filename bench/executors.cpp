@@ -24,6 +24,9 @@
 //   decode_shared/exec:E/threads:2/dim:128/bk:B/kv:DT/sel:1/8/N:131072   sel:1/8 on token-major K/V with
 //                                                              the ids as one row shared by the kv heads
 //                                                              (index::head_shared: read fused, whole rows)
+//   decode_l3/exec:simd_avx512f/threads:T/dim:128/bk:32/kv:DT/sel:all/N:4096   the same decode with K/V
+//                                                              read from L3 (no rotation): its arithmetic's
+//                                                              rate, a ceiling beside the stream's
 // E is scalar (the portable executor; it has no threads of its own, so threads:1) and simd_avx2 /
 // simd_avx512f where include/skim/exec/cpu/simd.hpp exists and this binary is built for the arch.
 // threads:2 runs one kv head per thread (8 query heads, 2 kv heads: two GQA groups of 4), each on
@@ -121,10 +124,11 @@ void prefill(benchmark::State& state, int threads, std::int32_t dim, std::int32_
 // Decode (one query) over N keys: every block (sel = 1) or every sel-th block, GB/s on selected K+V bytes.
 // Iterations rotate over jobs that read disjoint bytes: copies of K/V (when K+V < rotation_bytes)
 // and, for sel > 1, the sel choices of every sel-th block (offset o: blocks o, o + sel, ...).
+// cached: one copy, read again each iteration, so that K/V stay in the caches (the arithmetic's rate).
 template <class Exec, class T>
 void decode(benchmark::State& state, int threads, std::int32_t dim, std::int32_t bk, std::int32_t n, std::int32_t sel,
-            kv_layout layout = kv_layout::token_major, bool shared = false) {
-  const std::int32_t copies = rotation_copies(2.0 * n * heads_kv * dim * sizeof(T));
+            kv_layout layout = kv_layout::token_major, bool shared = false, bool cached = false) {
+  const std::int32_t copies = cached ? 1 : rotation_copies(2.0 * n * heads_kv * dim * sizeof(T));
   tensors& d = data<T>(1, n, dim, copies);
   const std::size_t copy_elements = std::size_t(n) * heads_kv * dim;
   const std::int32_t cu_q[2] = {0, 1}, cu_kv[2] = {0, n};
@@ -292,6 +296,21 @@ void register_decode_one_thread(const std::string& name) {
   }
 }
 
+// The rows above at N = 4096 without rotation: K/V (4 MiB in fp16) stay in L3 and every iteration
+// reads them from there, so the rate is what the arithmetic allows, the ceiling that memory rows are
+// compared with besides the stream (one core's FMAs can be slower than its share of memory).
+template <class Exec, class T>
+void register_decode_cached(const std::string& name) {
+  constexpr std::int32_t n = 4096;
+  for (const int threads : {1, 2}) {
+    const std::string row = "decode_l3/exec:" + name + "/threads:" + std::to_string(threads) + "/dim:128/bk:32/kv:" +
+                            dtype_name<T>() + "/sel:all/N:" + std::to_string(n);
+    benchmark::RegisterBenchmark(row.c_str(), [=](benchmark::State& s) {
+      decode<Exec, T>(s, threads, 128, 32, n, 1, kv_layout::token_major, false, true);
+    })->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+  }
+}
+
 template <class T>
 void register_dtype() {
   // Peers first, in the same process and on the same data as the executors after them.
@@ -337,7 +356,10 @@ void register_decode_dtype() {
 #endif
 #if defined(SKIM_BENCH_HAS_SIMD) && defined(__AVX512F__)
   register_decode<skim::exec::simd<xsimd::avx512f>, T>("simd_avx512f", 2);
-  if constexpr (!std::is_same_v<T, float>) register_decode_one_thread<skim::exec::simd<xsimd::avx512f>, T>("simd_avx512f");
+  if constexpr (!std::is_same_v<T, float>) {
+    register_decode_one_thread<skim::exec::simd<xsimd::avx512f>, T>("simd_avx512f");
+    register_decode_cached<skim::exec::simd<xsimd::avx512f>, T>("simd_avx512f");
+  }
 #endif
 }
 
