@@ -476,8 +476,9 @@ TEST_CASE("route::pooled_router: one query per block makes last, mean and max th
 
 // The router's decode scores, bit for bit, as the contract spells them out from S::score: each head's
 // score (NaN as -inf), summed in head order, times the scale. Its fast paths (score4: four heads side
-// by side; score4x2: two blocks a call, four heads as vector lanes, group sizes not a multiple of
-// four finished head by head) must give these bits.
+// by side; score4_blocks: S::score4_blocks_per_call blocks a call, four heads as vector lanes,
+// group sizes not a multiple of four finished head by head, the blocks after the last whole group
+// one by one) must give these bits.
 template <class S>
 void check_decode_bits(std::mt19937& rng) {
   const std::int32_t heads_kv = pick(rng, {1, 2});
@@ -546,8 +547,8 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   const auto records = build_records<S>(c.p, c.kv());
   const pooled_router router{.pool = query_pool::max, .reduce = group_reduce::max};
   const std::size_t bytes = router.workspace_bytes(c.p);
-  // [group 2, bq 4, prepared_query_capacity(d 8) = 16], 2 x 2 scores, 2 x 8 interleaved query floats
-  CHECK(bytes == (2 * 4 * 16 + 2 * 2 + 2 * 8) * sizeof(float));
+  // [group 2, bq 4, prepared_query_capacity(d 8) = 16], max_block_group 8 x 2 scores, 2 x 8 interleaved query floats
+  CHECK(bytes == (2 * 4 * 16 + 8 * 2 + 2 * 8) * sizeof(float));
   dirty_workspace ws(bytes + workspace_alignment);
   std::vector<float> scores(12, 0.0f);
   REQUIRE(router.score<S>(c.p, c.q_view(), records, scores, ws.span()).ok());
@@ -577,7 +578,8 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   expect(router.score<S>(c.p, c.q_view(), records, std::span(scores).first(11), ws.span()),
          status_code::shape_mismatch, "scores has 11 floats, needs 12 (4 index rows x 3 max kv blocks)");
   expect(router.score<S>(c.p, c.q_view(), records, scores, ws.span().first(bytes - 1)),
-         status_code::workspace_too_small, "workspace has 591 bytes, needs 592");
+         status_code::workspace_too_small,
+         "workspace has " + std::to_string(bytes - 1) + " bytes, needs " + std::to_string(bytes));
   const auto misaligned = ws.span().subspan(4, bytes);
   const status mis = router.score<S>(c.p, c.q_view(), records, scores, misaligned);
   CHECK(mis.code() == status_code::misaligned);
@@ -609,5 +611,5 @@ TEST_CASE("route::pooled_router statuses name the bad value and its place") {
   expect(router.score_row<S>(c.p, good, c.q_view(), records, std::span(one).first(2), ws.span()),
          status_code::shape_mismatch, "scores of row 3 has 2 floats, needs kv blocks 3");
   expect(router.score_row<S>(c.p, good, c.q_view(), records, one, {}), status_code::workspace_too_small,
-         "workspace has 0 bytes, needs 592");
+         "workspace has 0 bytes, needs " + std::to_string(bytes));
 }

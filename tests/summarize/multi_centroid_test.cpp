@@ -205,9 +205,9 @@ TEST_CASE("summarize::multi_centroid: an empty record scores -inf; scratch is (M
   CHECK(multi_centroid<4>::record_floats(6) == 4 * 6 + 4);
 }
 
-TEST_CASE("summarize::multi_centroid, mean_pool and max_bound score4x2: score()'s bits for two records, empty ones too") {
-  // A record with keys next to an empty one, and a partial block of one key (multi_centroid: one
-  // cluster has no key), against score() query by query.
+TEST_CASE("summarize::multi_centroid, mean_pool and max_bound score4_blocks: score()'s bits for 1, 2, 4 and 8 records, empty ones too") {
+  // Records with keys next to empty ones, and partial blocks (multi_centroid: a cluster with no
+  // key), against score() query by query and record by record.
   const std::int32_t d = 13;
   const float keys[3][d] = {{0.5f, -1.25f, 2.0f, 0.125f, -0.75f, 1.5f, 3.0f, -2.5f, 0.0625f, 1.0f, -0.5f, 0.25f, 2.25f},
                             {-1.0f, 0.75f, -0.25f, 1.75f, 0.5f, -2.0f, 0.375f, 1.25f, -1.5f, 0.625f, 2.5f, -0.125f, 1.0f},
@@ -218,14 +218,18 @@ TEST_CASE("summarize::multi_centroid, mean_pool and max_bound score4x2: score()'
   }
   float q4[4 * d];
   summarize::detail::interleave4(&q[0][0], d, d, q4);
-  const auto check_pair = [&](auto summarizer, const std::vector<float>& r0, const std::vector<float>& r1) {
+  const auto check_blocks = [&]<int B>(auto summarizer, const std::vector<float> (&r)[B]) {
     using S = decltype(summarizer);
-    float out[8];
-    S::score4x2(r0.data(), r1.data(), q4, d, out);
-    for (int g = 0; g < 4; ++g) {
-      const float want0 = S::score(r0.data(), q[g], d), want1 = S::score(r1.data(), q[g], d);
-      CHECK(std::memcmp(&out[g], &want0, sizeof(float)) == 0);
-      CHECK(std::memcmp(&out[4 + g], &want1, sizeof(float)) == 0);
+    const float* records[B];
+    for (int b = 0; b < B; ++b) records[b] = r[b].data();
+    float out[4 * B];
+    S::template score4_blocks<B>(records, q4, d, out);
+    for (int b = 0; b < B; ++b) {
+      for (int g = 0; g < 4; ++g) {
+        const float want = S::score(records[b], q[g], d);
+        INFO("block " << b << " of " << B << ", query " << g);
+        CHECK(std::memcmp(&out[4 * b + g], &want, sizeof(float)) == 0);
+      }
     }
   };
   const auto record = [&](auto summarizer, int n_keys) {
@@ -237,13 +241,26 @@ TEST_CASE("summarize::multi_centroid, mean_pool and max_bound score4x2: score()'
     if (n_keys == 3) S::complete_block(r.data(), [&](std::int32_t slot) { return keys[slot]; }, 3, d, scratch.data());
     return r;
   };
-  for (int a = 0; a <= 3; a += 1) {
-    for (int b = 0; b <= 3; b += 3) {
-      check_pair(multi_centroid<2>{}, record(multi_centroid<2>{}, a), record(multi_centroid<2>{}, b));
-      check_pair(multi_centroid<4>{}, record(multi_centroid<4>{}, a), record(multi_centroid<4>{}, b));
-      check_pair(mean_pool{}, record(mean_pool{}, a), record(mean_pool{}, b));
-      check_pair(summarize::max_bound{}, record(summarize::max_bound{}, a), record(summarize::max_bound{}, b));
+  const auto check_all = [&](auto summarizer) {
+    for (int a = 0; a <= 3; a += 1) {
+      for (int b = 0; b <= 3; b += 3) {
+        const std::vector<float> one[1] = {record(summarizer, a)};
+        const std::vector<float> two[2] = {record(summarizer, a), record(summarizer, b)};
+        const std::vector<float> four[4] = {record(summarizer, a), record(summarizer, b), record(summarizer, 3 - a),
+                                            record(summarizer, 2)};
+        const std::vector<float> eight[8] = {record(summarizer, a), record(summarizer, 3),     record(summarizer, b),
+                                             record(summarizer, 1), record(summarizer, 0),     record(summarizer, 3 - a),
+                                             record(summarizer, 2), record(summarizer, b)};
+        check_blocks.template operator()<1>(summarizer, one);
+        check_blocks.template operator()<2>(summarizer, two);
+        check_blocks.template operator()<4>(summarizer, four);
+        check_blocks.template operator()<8>(summarizer, eight);
+      }
     }
-  }
+  };
+  check_all(multi_centroid<2>{});
+  check_all(multi_centroid<4>{});
+  check_all(mean_pool{});
+  check_all(summarize::max_bound{});
   CHECK(multi_centroid<2>::score(record(multi_centroid<2>{}, 0).data(), q[0], d) == -std::numeric_limits<float>::infinity());
 }

@@ -44,11 +44,14 @@
 //     g·q_stride, head_dim) for g = 0..3, its four chains run side by side;
 // routers then score a GQA group's heads four at a time (skim::score_group<S>). One defining score4
 // may also define
-// 11. S::score4x2(record0, record1, q4, head_dim, out): score4 of two records at once, the four
-//     queries interleaved (q4[4·i + g] is query g's element i, summarize::detail::interleave4):
-//     out[4·b + g] = the same bits as score(record_b, query g, head_dim), for b = 0, 1;
-// routers then score two blocks a call (skim::score_group_pair<S>), a GQA group's four heads in the
-// lanes of one vector (summarize::detail::dots4).
+// 11. S::score4_blocks<B>(records, q4, head_dim, out), records a `const float* const (&)[B]`: score4
+//     of B records at once, the four queries interleaved (q4[4·i + g] is query g's element i,
+//     summarize::detail::interleave4): out[4·b + g] = the same bits as score(records[b], query g,
+//     head_dim), for b < B; and S::score4_blocks_per_call, the B routers should use (1 to 8): enough
+//     blocks that their chains (one or more a block) keep the core's vector units busy, few enough
+//     that their sums stay in registers;
+// routers then score several blocks a call (skim::score_group_blocks<S, B>), a GQA group's four heads
+// in the lanes of one vector and the B blocks' chains in flight together (summarize::detail::dots4).
 // Routers call skim::prepare_query<S> and skim::score_prepared<S>, which fall back to the plain
 // query and S::score for a summarizer without them; a router sizes each query vector's scratch as
 // prepared_query_capacity(head_dim) floats, whatever the summarizer.
@@ -127,11 +130,12 @@ concept scores_four = summarizer<S> && !prepares_query<S> &&
                         { S::score4(record, q, stride, head_dim, out) } noexcept;
                       };
 
-// Whether S defines score4x2 (requirement 11) besides score4.
+// Whether S defines score4_blocks (requirement 11) besides score4.
 template <class S>
-concept scores_four_pairs =
-    scores_four<S> && requires(const float* record, const float* q4, std::int32_t head_dim, float* out) {
-                        { S::score4x2(record, record, q4, head_dim, out) } noexcept;
+concept scores_four_blocks =
+    scores_four<S> && requires(const float* const (&records)[2], const float* q4, std::int32_t head_dim, float* out) {
+                        { S::template score4_blocks<2>(records, q4, head_dim, out) } noexcept;
+                        { S::score4_blocks_per_call } -> std::convertible_to<std::int32_t>;
                       };
 
 // out[g] = score_prepared<S>(record, q + g·q_stride, head_dim) for g in [0, n): four at a time
@@ -146,23 +150,23 @@ constexpr void score_group(const float* record, const float* q, std::int64_t q_s
   for (; g < n; ++g) out[g] = score_prepared<S>(record, q + g * q_stride, head_dim);
 }
 
-// score_group<S> of two records: out0[g] and out1[g] for g in [0, n), the same bits. q4: the
-// queries of each whole group of four interleaved ([n / 4][head_dim][4], interleave4 of heads
-// 4j..4j+3); heads past the last whole four are scored one by one from q (q_stride apart).
-template <summarizer S>
-  requires scores_four_pairs<S>
-constexpr void score_group_pair(const float* record0, const float* record1, const float* q, std::int64_t q_stride,
-                                const float* q4, std::int32_t n, std::int32_t head_dim, float* out0,
-                                float* out1) noexcept {
+// score_group<S> of B records: out[b][g] for b < B, g in [0, n), the same bits. q4: the queries of
+// each whole group of four interleaved ([n / 4][head_dim][4], interleave4 of heads 4j..4j+3); heads
+// past the last whole four are scored one by one from q (q_stride apart).
+template <summarizer S, int B>
+  requires scores_four_blocks<S>
+constexpr void score_group_blocks(const float* const (&records)[B], const float* q, std::int64_t q_stride,
+                                  const float* q4, std::int32_t n, std::int32_t head_dim,
+                                  float* const (&out)[B]) noexcept {
   std::int32_t g = 0;
   for (; g + 4 <= n; g += 4) {
-    float s[8];
-    S::score4x2(record0, record1, q4 + static_cast<std::int64_t>(g) * head_dim, head_dim, s);
-    for (int i = 0; i < 4; ++i) out0[g + i] = s[i], out1[g + i] = s[4 + i];
+    float s[4 * B];
+    S::template score4_blocks<B>(records, q4 + static_cast<std::int64_t>(g) * head_dim, head_dim, s);
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < 4; ++i) out[b][g + i] = s[4 * b + i];
   }
   for (; g < n; ++g) {
-    out0[g] = S::score(record0, q + g * q_stride, head_dim);
-    out1[g] = S::score(record1, q + g * q_stride, head_dim);
+    for (int b = 0; b < B; ++b) out[b][g] = S::score(records[b], q + g * q_stride, head_dim);
   }
 }
 

@@ -93,6 +93,41 @@ SKIM_FORCEINLINE void dots4(const float* SKIM_RESTRICT q4, const float* const (&
 #endif
 }
 
+// out[g] = s[g] / n for g < 4: the scalar divisions' bits, as one vector division where the compiler
+// has GCC's vector extensions (lane by lane IEEE division; the scalar loop compiles to four).
+SKIM_FORCEINLINE void quotient4(const float* SKIM_RESTRICT s, float n, float* SKIM_RESTRICT out) noexcept {
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+  typedef float lanes __attribute__((vector_size(16)));
+  lanes x;
+  std::memcpy(&x, s, sizeof x);
+  x = x / lanes{n, n, n, n};
+  std::memcpy(out, &x, sizeof x);
+#else
+  for (int g = 0; g < 4; ++g) out[g] = s[g] / n;
+#endif
+}
+
+// best[g] = x > best[g] ? x : best[g] with x = s[g] / n, for g < 4: the scalar loop's bits lane by
+// lane (best kept where x is NaN), one vector division and select as quotient4.
+SKIM_FORCEINLINE void max_quotient4(const float* SKIM_RESTRICT s, float n, float* SKIM_RESTRICT best) noexcept {
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+  typedef float lanes __attribute__((vector_size(16)));
+  typedef std::int32_t mask __attribute__((vector_size(16)));
+  lanes x, b;
+  std::memcpy(&x, s, sizeof x);
+  std::memcpy(&b, best, sizeof b);
+  x = x / lanes{n, n, n, n};
+  const mask take = x > b;  // all ones where x > b
+  b = (lanes)(((mask)x & take) | ((mask)b & ~take));
+  std::memcpy(best, &b, sizeof b);
+#else
+  for (int g = 0; g < 4; ++g) {
+    const float x = s[g] / n;
+    best[g] = x > best[g] ? x : best[g];
+  }
+#endif
+}
+
 // out[n][g] = the sum over i in index order of max(q_g[i]·lo_n[i], q_g[i]·hi_n[i]) (as `a > b ? a : b`:
 // the second product where they tie or one is NaN), n < N, g < 4, the queries interleaved as
 // interleave4 writes them: max_bound's score term, rounded step by step, the same bits lane by lane

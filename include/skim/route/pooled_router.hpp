@@ -37,9 +37,10 @@
 // TQ = float, half or bfloat16). The records of the row's kv head are read once per block. A score
 // is a chain of dependent additions (its order is part of its bits); with last/mean pooling a
 // summarizer defining score4 (max_bound, mean_pool, multi_centroid) scores four heads of the group
-// side by side, four chains in flight, and one defining score4x2 (the three of them) two blocks a
-// call with the four heads as the lanes of one vector: the same bits. That loop also asks for the
-// records 32 blocks ahead (one kv head's records are strided: the hardware prefetchers lose them).
+// side by side, four chains in flight, and one defining score4_blocks (the three of them) several
+// blocks a call (S::score4_blocks_per_call) with the four heads as the lanes of one vector, every
+// block's chains in flight together: the same bits. That loop also asks for the records 32 blocks ahead (one kv head's
+// records are strided: the hardware prefetchers lose them).
 //
 // Entry points (no allocation; scratch is the pooled query vectors, from the caller's workspace of
 // workspace_bytes(problem) bytes, aligned to workspace_alignment):
@@ -124,6 +125,10 @@ struct pooled_router {
   query_pool pool = query_pool::last;
   group_reduce reduce = group_reduce::max;
 
+  // The most blocks one score4_blocks call may score (decode, with last or mean pooling: each
+  // summarizer says how many it wants, S::score4_blocks_per_call); the workspace holds their scores.
+  static constexpr std::int32_t max_block_group = 8;
+
   // Query heads one index row scores: the GQA group for a kv-head row, one for a query-head row.
   // @pre validate(p) is ok.
   [[nodiscard]] static constexpr std::int32_t heads_per_row(const problem& p) noexcept {
@@ -132,8 +137,8 @@ struct pooled_router {
 
   // Scratch: [heads_per_row, vectors per head (block_q for max, else 1), prepared_query_capacity(head_dim)]
   // pooled fp32 queries, each prepared in place for the summarizer (summarizer.hpp, requirement 8),
-  // then heads_per_row floats of scores for each of two blocks, then heads_per_row · head_dim floats
-  // of the queries interleaved by four (requirement 11).
+  // then heads_per_row floats of scores for each of max_block_group blocks, then heads_per_row ·
+  // head_dim floats of the queries interleaved by four (requirement 11).
   [[nodiscard]] std::size_t workspace_bytes(const problem& p) const noexcept {
     workspace_arena measure;
     (void)take_queries(measure, p);
@@ -243,11 +248,11 @@ struct pooled_router {
     if (p.heads_q <= 0 || p.heads_kv <= 0 || p.head_dim <= 0 || p.block_q <= 0) return arena.take<float>(0);
     const std::size_t heads = p.scope == index_scope::kv_head ? static_cast<std::size_t>(p.heads_q / p.heads_kv) : 1;
     const std::size_t vectors = pool == query_pool::max ? static_cast<std::size_t>(p.block_q) : 1;
-    // The queries, then one score per head for two blocks (score_unchecked's group_scores and
-    // pair_scores), then the queries interleaved by four (q4: heads_per_row · head_dim floats).
+    // The queries, then one score per head for each of max_block_group blocks (score_unchecked's
+    // group_scores), then the queries interleaved by four (q4: heads_per_row · head_dim floats).
     const auto d = static_cast<std::size_t>(p.head_dim);
     return arena.take<float>(heads * vectors * static_cast<std::size_t>(prepared_query_capacity(p.head_dim)) +
-                             2 * heads + heads * d);
+                             max_block_group * heads + heads * d);
   }
 
   // @pre everything score_row checks; queries is the take_queries span.
@@ -283,11 +288,10 @@ struct pooled_router {
     const float scale = p.scale();
     const auto record_of = [&](std::int32_t j) { return seq_records + j * block_stride + kv_head * rf; };
     // One vector per head (last, mean): the group's scores at once (score_group: four heads side by
-    // side where S allows, score_group_pair: two blocks too; the same bits), then reduced in head
-    // order as below.
-    float* group_scores = queries + static_cast<std::int64_t>(heads) * vectors * cap;
-    float* pair_scores = group_scores + heads;
-    float* q4 = pair_scores + heads;
+    // side where S allows, score_group_blocks: several blocks too; the same bits), then reduced in
+    // head order as below.
+    float* group_scores = queries + static_cast<std::int64_t>(heads) * vectors * cap;  // [max_block_group][heads]
+    float* q4 = group_scores + static_cast<std::int64_t>(max_block_group) * heads;
     // Block j's score from its heads' scores (one vector per head) or from its record (max pooling).
     const auto finish = [&](std::int32_t j, const float* record, const float* head_scores) {
       // With max pooling, query t scores block j only if it sees one of its keys: t + offset + 1 > j·bk.
@@ -318,7 +322,9 @@ struct pooled_router {
       scores[j] = acc == detail::neg_inf ? detail::neg_inf : acc * scale;  // an empty record stays -inf
     };
     std::int32_t j = 0;
-    if constexpr (scores_four_pairs<S>) {
+    if constexpr (scores_four_blocks<S>) {
+      constexpr std::int32_t block_group = S::score4_blocks_per_call;
+      static_assert(block_group >= 1 && block_group <= max_block_group);
       if (vectors == 1) {
         for (std::int32_t g = 0; g + 4 <= heads; g += 4) {
           summarize::detail::interleave4(queries + static_cast<std::int64_t>(g) * cap, cap, d,
@@ -331,16 +337,21 @@ struct pooled_router {
         // Written in place: GCC 12 (-O1 and up) deletes the calls of a lambda that only prefetches.
         constexpr std::int32_t prefetch_blocks = 32;
         const std::int64_t record_bytes = rf * static_cast<std::int64_t>(sizeof(float));
-        for (; j + 1 < r.visible_blocks; j += 2) {
-          if (j + prefetch_blocks + 1 < r.visible_blocks) {
-            for (std::int32_t k = 0; k < 2; ++k) {
+        for (; j + block_group <= r.visible_blocks; j += block_group) {
+          if (j + prefetch_blocks + block_group <= r.visible_blocks) {
+            for (std::int32_t k = 0; k < block_group; ++k) {
               const char* ahead = reinterpret_cast<const char*>(record_of(j + prefetch_blocks + k));
               for (std::int64_t at = 0; at < record_bytes; at += 64) SKIM_PREFETCH_L2(ahead + at);
             }
           }
-          score_group_pair<S>(record_of(j), record_of(j + 1), queries, cap, q4, heads, d, group_scores, pair_scores);
-          finish(j, record_of(j), group_scores);
-          finish(j + 1, record_of(j + 1), pair_scores);
+          const float* records[block_group];
+          float* outs[block_group];
+          for (std::int32_t k = 0; k < block_group; ++k) {
+            records[k] = record_of(j + k);
+            outs[k] = group_scores + static_cast<std::int64_t>(k) * heads;
+          }
+          score_group_blocks<S, block_group>(records, queries, cap, q4, heads, d, outs);
+          for (std::int32_t k = 0; k < block_group; ++k) finish(j + k, records[k], outs[k]);
         }
       }
     }

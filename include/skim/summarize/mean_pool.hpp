@@ -46,22 +46,29 @@ struct mean_pool {
       for (int g = 0; g < 4; ++g) out[g] = detail::neg_inf;
       return;
     }
-    detail::dot4(q, stride, record, head_dim, out);
-    for (int g = 0; g < 4; ++g) out[g] /= count;
+    float s[4];
+    detail::dot4(q, stride, record, head_dim, s);
+    detail::quotient4(s, count, out);
   }
-  // score4() of two records, the queries interleaved (detail::interleave4): out[4·b + g], the same bits.
-  static void score4x2(const float* record0, const float* record1, const float* q4, std::int32_t head_dim,
-                       float* out) noexcept {
-    const float* const records[2] = {record0, record1};
-    float s[2][4];
-    detail::dots4<2>(q4, records, head_dim, s);
-    for (int b = 0; b < 2; ++b) {
+  // score4() of B records, the queries interleaved (detail::interleave4): out[4·b + g], the same bits.
+  // One chain a block: 8 blocks a call keep two FMA units busy through the chains' latency.
+  static constexpr std::int32_t score4_blocks_per_call = 8;
+  template <int B>
+  static void score4_blocks(const float* const (&records)[B], const float* q4, std::int32_t head_dim,
+                            float* out) noexcept {
+    float s[B][4];
+    detail::dots4<B>(q4, records, head_dim, s);
+    for (int b = 0; b < B; ++b) {
       const float count = records[b][head_dim];
-      for (int g = 0; g < 4; ++g) out[4 * b + g] = count == 0.0f ? detail::neg_inf : s[b][g] / count;
+      if (count == 0.0f) {
+        for (int g = 0; g < 4; ++g) out[4 * b + g] = detail::neg_inf;
+      } else {
+        detail::quotient4(s[b], count, out + 4 * b);
+      }
     }
   }
 };
 static_assert(summarizer<mean_pool>);
-static_assert(scores_four_pairs<mean_pool>);
+static_assert(scores_four_blocks<mean_pool>);
 
 }  // namespace skim::summarize

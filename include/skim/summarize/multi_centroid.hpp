@@ -122,32 +122,26 @@ struct multi_centroid {
       if (!(count[c] > 0.0f)) continue;
       float s[4];
       detail::dot4(q, stride, record + static_cast<std::int64_t>(c) * head_dim, head_dim, s);
-      for (int g = 0; g < 4; ++g) {
-        const float x = s[g] / count[c];
-        out[g] = x > out[g] ? x : out[g];
-      }
+      detail::max_quotient4(s, count[c], out);
     }
   }
-  // score4() of two records, the queries interleaved (detail::interleave4): out[4·b + g], the same
-  // bits; the 2·M clusters' sums run side by side.
-  static void score4x2(const float* record0, const float* record1, const float* q4, std::int32_t head_dim,
-                       float* out) noexcept {
-    const float* const records[2] = {record0, record1};
-    const float* sums[2 * M];
-    for (int b = 0; b < 2; ++b) {
+  // score4() of B records, the queries interleaved (detail::interleave4): out[4·b + g], the same
+  // bits; the B·M clusters' sums run side by side: about 8 of them a call (more spill registers).
+  static constexpr std::int32_t score4_blocks_per_call = M >= 8 ? 1 : 8 / M;
+  template <int B>
+  static void score4_blocks(const float* const (&records)[B], const float* q4, std::int32_t head_dim,
+                            float* out) noexcept {
+    const float* sums[B * M];
+    for (int b = 0; b < B; ++b) {
       for (std::int32_t c = 0; c < M; ++c) sums[b * M + c] = records[b] + static_cast<std::int64_t>(c) * head_dim;
     }
-    float s[2 * M][4];
-    detail::dots4<2 * M>(q4, sums, head_dim, s);
-    for (int b = 0; b < 2; ++b) {
+    float s[B * M][4];
+    detail::dots4<B * M>(q4, sums, head_dim, s);
+    for (int b = 0; b < B; ++b) {
       const float* count = records[b] + static_cast<std::int64_t>(M) * head_dim;
       for (int g = 0; g < 4; ++g) out[4 * b + g] = detail::neg_inf;
       for (std::int32_t c = 0; c < M; ++c) {
-        if (!(count[c] > 0.0f)) continue;
-        for (int g = 0; g < 4; ++g) {
-          const float x = s[b * M + c][g] / count[c];
-          out[4 * b + g] = x > out[4 * b + g] ? x : out[4 * b + g];
-        }
+        if (count[c] > 0.0f) detail::max_quotient4(s[b * M + c], count[c], out + 4 * b);
       }
     }
   }
@@ -167,6 +161,6 @@ struct multi_centroid {
   }
 };
 static_assert(summarizer<multi_centroid<4>>);
-static_assert(scores_four_pairs<multi_centroid<2>>);
+static_assert(scores_four_blocks<multi_centroid<2>>);
 
 }  // namespace skim::summarize
