@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -132,27 +133,28 @@ TEST_CASE_TEMPLATE("simd fused decode: a head-invariant index gives the bits of 
 
 // A decode unit's ids become runs of consecutive blocks, at most `most` long, each told the first id
 // of the run after it (-1 after the last), in order; no ids, no runs.
-TEST_CASE("simd decode: block_runs groups consecutive ids, at most `most` a run, each knowing the next") {
-  struct run {
-    std::int32_t first, blocks, next;
-    bool operator==(const run&) const = default;
-  };
-  const auto runs_of = [](std::int32_t most, const std::vector<std::int32_t>& ids) {
-    std::vector<run> out;
-    exec::detail::block_runs runs{most, [&](std::int32_t f, std::int32_t n, std::int32_t next) {
-                                    out.push_back({f, n, next});
-                                  }};
-    for (const std::int32_t id : ids) runs.add(id);
-    runs.flush();
+TEST_CASE("simd decode: block_groups takes ids `most` a group, in order, each group knowing the next") {
+  using ids = std::vector<std::int32_t>;
+  using group = std::pair<ids, ids>;  // a group's ids, the next group's
+  const auto groups_of = [](std::int32_t most, const ids& in) {
+    std::vector<group> out;
+    exec::detail::block_groups groups{most, [&](std::span<const std::int32_t> g, std::span<const std::int32_t> next) {
+                                        out.push_back({ids(g.begin(), g.end()), ids(next.begin(), next.end())});
+                                      }};
+    for (const std::int32_t id : in) groups.add(id);
+    groups.flush();
     return out;
   };
-  const std::vector<std::int32_t> ids{0, 1, 2, 3, 4, 5, 9, 10, 12, 13, 14};
-  CHECK(runs_of(4, ids) == std::vector<run>{{0, 4, 4}, {4, 2, 9}, {9, 2, 12}, {12, 3, -1}});
-  CHECK(runs_of(2, ids) == std::vector<run>{{0, 2, 2}, {2, 2, 4}, {4, 2, 9}, {9, 2, 12}, {12, 2, 14}, {14, 1, -1}});
-  CHECK(runs_of(1, ids).size() == ids.size());
-  CHECK(runs_of(1, ids)[5] == run{5, 1, 9});
-  CHECK(runs_of(16, {7}) == std::vector<run>{{7, 1, -1}});
-  CHECK(runs_of(4, {}).empty());
+  const ids in{0, 1, 2, 3, 4, 5, 9, 10, 12, 13, 14};
+  CHECK(groups_of(4, in) == std::vector<group>{{{0, 1, 2, 3}, {4, 5, 9, 10}}, {{4, 5, 9, 10}, {12, 13, 14}}, {{12, 13, 14}, {}}});
+  CHECK(groups_of(2, in) == std::vector<group>{{{0, 1}, {2, 3}}, {{2, 3}, {4, 5}}, {{4, 5}, {9, 10}}, {{9, 10}, {12, 13}},
+                                               {{12, 13}, {14}}, {{14}, {}}});
+  CHECK(groups_of(1, in).size() == in.size());
+  CHECK(groups_of(1, in)[5] == group{{5}, {9}});
+  CHECK(groups_of(16, {7}) == std::vector<group>{{{7}, {}}});
+  CHECK(groups_of(3, {7, 8, 20}) == std::vector<group>{{{7, 8, 20}, {}}});
+  CHECK(groups_of(3, {7, 8, 20, 21}) == std::vector<group>{{{7, 8, 20}, {21}}, {{21}, {}}});
+  CHECK(groups_of(4, {}).empty());
 }
 
 TEST_CASE_TEMPLATE("simd reports a bad block id as a status, per id, like scalar", E, SKIM_TEST_SIMD_EXECUTORS) {

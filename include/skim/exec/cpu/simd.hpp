@@ -31,10 +31,11 @@
 //   - Next-tile prefetch. Each decode tile asks for the next selected tile's K and V rows (of its
 //     kv head) while it computes, one row per key it passes, into L2; V's rows in parts, each pass
 //     of P·V over the keys its own columns, so that the requests come at an even rate.
-//   Small blocks: a decode tile runs consecutive selected ids of its chunk together, as many blocks
-//   as its keys hold (kernels::decode_run_blocks: 4 blocks of 4 keys, 2 of 8; blocks of 9 keys or
-//   more one at a time), so that a tile's fixed work (softmax, the rescale of the output rows) is
-//   paid per run. Runs follow from the ids alone: any index giving the same ids gives the same bits.
+//   Small blocks: a decode tile runs selected ids of its chunk together, consecutive or not, as many
+//   blocks as its keys hold (kernels::decode_run_blocks: 4 blocks of 4 keys, 2 of 8; blocks of 9
+//   keys or more one at a time), so that a tile's fixed work (softmax, the rescale of the output
+//   rows) is paid per group. Groups follow from the ids alone: any index giving the same ids gives
+//   the same bits.
 //
 // K/V: fp32, fp16, bf16 (widened in registers: F16C/AVX-512/NEON conversions where compiled, exact
 // bit arithmetic otherwise), and int8 or fp8 e4m3 codes with a scale per (block, kv head)
@@ -76,33 +77,30 @@ namespace skim::exec {
 
 namespace detail {
 
-// A decode unit's selected ids in ascending order, gathered into runs of consecutive blocks of at
-// most `most` blocks; each run goes to run(first, blocks, next_first) once the next run's first id
-// is known (-1 after the last), so a tile can prefetch the next one.
+// A decode unit's selected ids in ascending order, gathered into groups of `most` blocks (the last
+// one fewer), consecutive or not; each group goes to run(group, next) once the group after it is
+// complete (an empty one after the last), so a tile can prefetch the next one.
 template <class Run>
-struct block_runs {
-  std::int32_t most = 1;
+struct block_groups {
+  std::int32_t most = 1;  // 1 to simd_detail::block_group::most
   Run run;
-  std::int32_t first = -1;
-  std::int32_t count = 0;
+  simd_detail::block_group current{}, next{};
 
   void add(std::int32_t id) {
-    if (first >= 0 && id == first + count && count < most) {
-      ++count;
-      return;
-    }
-    if (first >= 0) run(first, count, id);
-    first = id;
-    count = 1;
+    next.ids[next.count++] = id;
+    if (next.count < most) return;
+    if (current.count > 0) run(current.span(), next.span());
+    current = next;
+    next.count = 0;
   }
   void flush() {
-    if (first >= 0) run(first, count, -1);
-    first = -1;
-    count = 0;
+    if (current.count > 0) run(current.span(), next.span());
+    if (next.count > 0) run(next.span(), std::span<const std::int32_t>{});
+    current.count = next.count = 0;
   }
 };
 template <class Run>
-block_runs(std::int32_t, Run) -> block_runs<Run>;
+block_groups(std::int32_t, Run) -> block_groups<Run>;
 
 }  // namespace detail
 
@@ -392,19 +390,19 @@ struct simd {
     const std::int32_t kv_head = u.first_head / p.group_size();
     kernels::load_q(a.q, t, p, q_first, u.first_head, u.heads, queries);
     // Decode runs a tile behind the cursor, so that each tile knows the next one (to prefetch it),
-    // and runs consecutive small blocks as one tile (block_runs).
-    const auto run_tile = [&](std::int32_t first, std::int32_t blocks, std::int32_t next) {
-      kernels::tile(kv, t, p, u.row, kv_head, first, u.rows, queries, true, next, blocks);
+    // and runs small blocks a group to a tile (block_groups).
+    const auto run_tile = [&](std::span<const std::int32_t> ids, std::span<const std::int32_t> next) {
+      kernels::tile(kv, t, p, u.row, kv_head, ids, u.rows, queries, true, next);
     };
-    detail::block_runs runs{kernels::decode_run_blocks(p), run_tile};
+    detail::block_groups groups{kernels::decode_run_blocks(p), run_tile};
     SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) {
       if (!u.decode) {
-        kernels::tile(kv, t, p, u.row, kv_head, id, u.rows, queries, false);
+        kernels::tile(kv, t, p, u.row, kv_head, {&id, 1}, u.rows, queries, false);
         return;
       }
-      runs.add(id);
+      groups.add(id);
     }));
-    runs.flush();
+    groups.flush();
 
     if (u.chunks == 1) {
       kernels::finish(a.o, a.lse, t, p, q_first, u.first_head, u.heads, queries);
@@ -435,16 +433,16 @@ struct simd {
     for (std::int32_t g = 0; g < p.heads_kv; ++g) {
       kernels::load_q(a.q, t.rows_from(g * gr), p, q_first, g * group, group, queries);
     }
-    // Block by block (runs of consecutive small blocks as one tile), kv head 0, 1, ... in turn (one
-    // tile behind the cursor, as in run_chunk).
-    const auto run_tiles = [&](std::int32_t first, std::int32_t blocks, std::int32_t next) {
+    // Block by block (small blocks a group to a tile), kv head 0, 1, ... in turn (one tile behind
+    // the cursor, as in run_chunk).
+    const auto run_tiles = [&](std::span<const std::int32_t> ids, std::span<const std::int32_t> next) {
       for (std::int32_t g = 0; g < p.heads_kv; ++g) {
-        kernels::tile(kv, t.rows_from(g * gr), p, u.row, g, first, group * queries, queries, true, next, blocks);
+        kernels::tile(kv, t.rows_from(g * gr), p, u.row, g, ids, group * queries, queries, true, next);
       }
     };
-    detail::block_runs runs{kernels::decode_run_blocks(p), run_tiles};
-    SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) { runs.add(id); }));
-    runs.flush();
+    detail::block_groups groups{kernels::decode_run_blocks(p), run_tiles};
+    SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) { groups.add(id); }));
+    groups.flush();
 
     const auto finish_all = [&] {
       for (std::int32_t g = 0; g < p.heads_kv; ++g) {

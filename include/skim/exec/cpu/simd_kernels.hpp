@@ -49,6 +49,18 @@ inline constexpr bool is_contiguous_kv = false;
 template <class T>
 inline constexpr bool is_contiguous_kv<contiguous_kv<T>> = true;
 
+// The blocks one decode tile runs: ids[0, count), ascending, consecutive or not (a decode tile reads
+// its keys through row pointers). At most kernels::decode_run_blocks(p) of them, which is at most
+// `most` (blocks of one key in a tile of 16 keys).
+struct block_group {
+  static constexpr std::int32_t most = 16;
+  std::int32_t ids[most] = {};
+  std::int32_t count = 0;
+  [[nodiscard]] std::span<const std::int32_t> span() const noexcept {
+    return {ids, static_cast<std::size_t>(count)};
+  }
+};
+
 template <class Arch>
 struct kernels {
   using batch = fbatch<Arch>;
@@ -69,11 +81,13 @@ struct kernels {
   [[nodiscard]] static std::size_t key_stride(const problem& p) noexcept {
     return align_up(static_cast<std::size_t>(p.block_kv > 0 ? p.block_kv : 1), floats_per_line);
   }
-  // Consecutive selected blocks one decode tile may run: as many as its keys hold (4 blocks of 4
-  // keys, 2 of 8; 1 from 9 keys on, where nothing changes). A tile's fixed work (softmax, the
-  // rescale of the output rows) is then paid once per run instead of once per small block.
+  // Selected blocks one decode tile may run (a block_group): as many as its keys hold (4 blocks of
+  // 4 keys, 2 of 8; 1 from 9 keys on, where nothing changes). A tile's fixed work (softmax, the
+  // rescale of the output rows) is then paid once per group instead of once per small block.
   [[nodiscard]] static std::int32_t decode_run_blocks(const problem& p) noexcept {
-    return p.block_kv > 0 ? static_cast<std::int32_t>(key_stride(p) / static_cast<std::size_t>(p.block_kv)) : 1;
+    const std::int32_t n =
+        p.block_kv > 0 ? static_cast<std::int32_t>(key_stride(p) / static_cast<std::size_t>(p.block_kv)) : 1;
+    return n < block_group::most ? n : block_group::most;
   }
 
   // One slot's scratch. Rows of a unit are r = head_in_unit · queries + query.
@@ -356,33 +370,56 @@ struct kernels {
     }
   }
 
+  // Keys of block id in its sequence: block_kv, or fewer for the sequence's last block.
+  [[nodiscard]] SKIM_FORCEINLINE static std::int32_t block_keys(const problem& p, const row_info& row,
+                                                                std::int32_t id) noexcept {
+    const std::int32_t k0 = id * p.block_kv;
+    return row.kv_len - k0 < p.block_kv ? row.kv_len - k0 : p.block_kv;
+  }
+  // f(key0, at, n) for each block of a tile's `blocks`, in order: its first key in the sequence, its
+  // first key in the tile, its keys. Returns the tile's keys.
+  template <class F>
+  SKIM_FORCEINLINE static std::int32_t for_blocks(const problem& p, const row_info& row,
+                                                  std::span<const std::int32_t> blocks, F&& f) noexcept {
+    std::int32_t at = 0;
+    for (const std::int32_t id : blocks) {
+      const std::int32_t n = block_keys(p, row, id);
+      f(id * p.block_kv, at, n);
+      at += n;
+    }
+    return at;
+  }
+
   // Converts the tile's K (transposed for prefill, rows for decode) and V to float, then runs
   // every block of mr rows of the unit through S, softmax and P·V.
-  // Decode also asks for the K and V rows (of kv_head) of block next_id (-1: none), the tile the
-  // unit runs next: row j of it as the first block of rows passes key j, so the requests are
-  // spread over the tile's work and arrive a tile ahead. Without them the hardware prefetchers
-  // restart at every tile (selected blocks are apart, rows of one head are strided).
-  // A decode tile may run `blocks` consecutive blocks from id (at most decode_run_blocks(p)); a
-  // prefill tile runs one.
+  // A prefill tile runs one block (ids[0]); a decode tile runs ids, ascending, at most
+  // decode_run_blocks(p) of them (a block_group), its keys those of its blocks in order. As keys
+  // rise with the ids, the keys a query sees are a prefix of the tile's, as in a single block.
+  // Decode also asks for the K and V rows (of kv_head) of the blocks `next`, the tile the unit runs
+  // next: row j of it as the first block of rows passes key j, so the requests are spread over the
+  // tile's work and arrive a tile ahead. Without them the hardware prefetchers restart at every
+  // tile (selected blocks are apart, rows of one head are strided).
   template <class KV>
   static void tile(const KV& kv, const tiles& t, const problem& p, const row_info& row, std::int32_t kv_head,
-                   std::int32_t id, std::int32_t rows, std::int32_t queries, bool decode,
-                   std::int32_t next_id = -1, std::int32_t blocks = 1) noexcept {
-    SKIM_DASSERT(blocks == 1 || (decode && blocks <= decode_run_blocks(p)));
+                   std::span<const std::int32_t> ids, std::int32_t rows, std::int32_t queries, bool decode,
+                   std::span<const std::int32_t> next = {}) noexcept {
+    SKIM_DASSERT(ids.size() == 1 || (decode && !ids.empty() &&
+                                     ids.size() <= static_cast<std::size_t>(decode_run_blocks(p))));
     const std::int32_t d = p.head_dim;
     const std::int32_t dp = dim_pad(p);
-    const std::int32_t k0 = id * p.block_kv;
-    const std::int32_t span = blocks * p.block_kv;
-    const std::int32_t tile_keys = row.kv_len - k0 < span ? row.kv_len - k0 : span;
+    const std::int32_t k0 = ids[0] * p.block_kv;  // a prefill tile's first key
+    const std::int32_t tile_keys = for_blocks(p, row, ids, [](std::int32_t, std::int32_t, std::int32_t) {});
 
     using T = typename KV::value_type;
     constexpr bool quantized = is_quantized_kv<KV>;
     if constexpr (quantized) {
       // Scales per key (a page-wise scale may change inside a tile); 0 beyond it, so P·scale stays 0.
-      for (std::int32_t j = 0; j < tile_keys; ++j) {
-        t.k_scale[static_cast<std::size_t>(j)] = kv.k_scale(row.seq, k0 + j, kv_head);
-        t.v_scale[static_cast<std::size_t>(j)] = kv.v_scale(row.seq, k0 + j, kv_head);
-      }
+      for_blocks(p, row, ids, [&](std::int32_t key0, std::int32_t at, std::int32_t n) {
+        for (std::int32_t j = 0; j < n; ++j) {
+          t.k_scale[static_cast<std::size_t>(at + j)] = kv.k_scale(row.seq, key0 + j, kv_head);
+          t.v_scale[static_cast<std::size_t>(at + j)] = kv.v_scale(row.seq, key0 + j, kv_head);
+        }
+      });
       for (std::size_t j = static_cast<std::size_t>(tile_keys); j < t.ks; ++j) t.k_scale[j] = t.v_scale[j] = 0.0f;
     }
     const auto scale_of = [&](std::span<float> scales, std::int32_t j) {
@@ -392,13 +429,13 @@ struct kernels {
     std::int32_t next_keys = 0;  // rows of the next tile to prefetch (decode)
     if (decode) {
       // Few rows: read K and V where they are, converting in registers (each row is used once).
-      rows_of(kv, row.seq, k0, tile_keys, kv_head, t.kp.data(), t.vp.data());
+      for_blocks(p, row, ids, [&](std::int32_t key0, std::int32_t at, std::int32_t n) {
+        rows_of(kv, row.seq, key0, n, kv_head, t.kp.data() + at, t.vp.data() + at);
+      });
       for (std::int32_t j = tile_keys; j % decode_keys != 0; ++j) t.kp[static_cast<std::size_t>(j)] = t.kp[0];
-      if (next_id >= 0) {
-        const std::int32_t n0 = next_id * p.block_kv;
-        next_keys = row.kv_len - n0 < p.block_kv ? row.kv_len - n0 : p.block_kv;
-        rows_of(kv, row.seq, n0, next_keys, kv_head, t.kn.data(), t.vn.data());
-      }
+      next_keys = for_blocks(p, row, next, [&](std::int32_t key0, std::int32_t at, std::int32_t n) {
+        rows_of(kv, row.seq, key0, n, kv_head, t.kn.data() + at, t.vn.data() + at);
+      });
     } else {
       // Many rows: convert once per tile, K transposed so the score kernel needs no reduction.
       for (std::int32_t j = 0; j < tile_keys; ++j) {
@@ -415,14 +452,19 @@ struct kernels {
       }
     }
 
-    // Keys of the tile each query sees: all of them on a full tile, a prefix on a partial one (a run
-    // is full where its last block is: earlier blocks are seen by at least as many queries).
-    if (row.is_full(id + blocks - 1)) {
+    // Keys of the tile each query sees: all of them on a full tile, a prefix on a partial one (a
+    // tile is full where its last block is: earlier blocks are seen by at least as many queries).
+    if (row.is_full(ids.back())) {
       for (std::int32_t qq = 0; qq < queries; ++qq) t.keys[static_cast<std::size_t>(qq)] = tile_keys;
     } else {
       for (std::int32_t qq = 0; qq < queries; ++qq) {
-        const std::int32_t n = row.visible_keys(row.q_begin + qq, p.mask) - k0;
-        t.keys[static_cast<std::size_t>(qq)] = n < 0 ? 0 : (n > tile_keys ? tile_keys : n);
+        const std::int32_t visible = row.visible_keys(row.q_begin + qq, p.mask);
+        std::int32_t seen = 0;
+        for_blocks(p, row, ids, [&](std::int32_t key0, std::int32_t, std::int32_t n) {
+          const std::int32_t m = visible - key0;
+          seen += m < 0 ? 0 : (m > n ? n : m);
+        });
+        t.keys[static_cast<std::size_t>(qq)] = seen;
       }
     }
 
