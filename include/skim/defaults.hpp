@@ -11,10 +11,10 @@
 //    its neighbours (a retrieval target) gets a cluster of its own instead of being averaged with
 //    three others, as mean_pool does: at 1/8 of the keys this keeps the block oracle's needle count
 //    where mean_pool loses a fifth of them, and lowers the perplexity change too. Its record is
-//    2 * head_dim + 2 floats per block and kv head, half of K at blocks of 4 (mean_pool: a quarter),
-//    and scoring it is half of a q·k pass over the block: a CPU decode step with these defaults costs
-//    about as much as dense attention (docs/performance.md), so an engine bound by decode time takes
-//    blocks of 8 or mean_pool over larger blocks at the measured loss;
+//    2 * head_dim + 2 floats per block and kv head, as many bytes as an fp16 K of the block at blocks
+//    of 4 (mean_pool: half), and scoring it is half of a q·k pass over the block: a CPU decode step
+//    with these defaults at 1/8 costs about 0.8x dense attention (docs/performance.md), so an engine
+//    bound by decode time takes blocks of 8 or mean_pool over larger blocks at the measured loss;
 //  - scored by the pooled router with the scores of a kv head's query heads summed
 //    (group_reduce::sum): one selection per kv head, so a decode step reads each selected block
 //    once for the whole GQA group;
