@@ -133,7 +133,7 @@ TEST_CASE_TEMPLATE("simd fused decode: a head-invariant index gives the bits of 
 
 // A decode unit's ids become runs of consecutive blocks, at most `most` long, each told the first id
 // of the run after it (-1 after the last), in order; no ids, no runs.
-TEST_CASE("simd decode: block_groups takes ids `most` a group, in order, each group knowing the next") {
+TEST_CASE("simd decode: block_groups takes rising ids `most` a group, in order, each group knowing the next") {
   using ids = std::vector<std::int32_t>;
   using group = std::pair<ids, ids>;  // a group's ids, the next group's
   const auto groups_of = [](std::int32_t most, const ids& in) {
@@ -154,6 +154,8 @@ TEST_CASE("simd decode: block_groups takes ids `most` a group, in order, each gr
   CHECK(groups_of(16, {7}) == std::vector<group>{{{7}, {}}});
   CHECK(groups_of(3, {7, 8, 20}) == std::vector<group>{{{7, 8, 20}, {}}});
   CHECK(groups_of(3, {7, 8, 20, 21}) == std::vector<group>{{{7, 8, 20}, {21}}, {{21}, {}}});
+  // Ids that do not rise (an index out of canonical order) start a new group.
+  CHECK(groups_of(4, {5, 6, 2, 3, 3}) == std::vector<group>{{{5, 6}, {2, 3}}, {{2, 3}, {3}}, {{3}, {}}});
   CHECK(groups_of(4, {}).empty());
 }
 

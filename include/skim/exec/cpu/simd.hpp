@@ -32,7 +32,7 @@
 //     kv head) while it computes, one row per key it passes, into L2; V's rows in parts, each pass
 //     of P·V over the keys its own columns, so that the requests come at an even rate.
 //   Small blocks: a decode tile runs selected ids of its chunk together, consecutive or not, as many
-//   blocks as its keys hold (kernels::decode_run_blocks: 4 blocks of 4 keys, 2 of 8; blocks of 9
+//   blocks as its keys hold (kernels::decode_group_blocks: 4 blocks of 4 keys, 2 of 8; blocks of 9
 //   keys or more one at a time), so that a tile's fixed work (softmax, the rescale of the output
 //   rows) is paid per group. Groups follow from the ids alone: any index giving the same ids gives
 //   the same bits.
@@ -79,7 +79,9 @@ namespace detail {
 
 // A decode unit's selected ids in ascending order, gathered into groups of `most` blocks (the last
 // one fewer), consecutive or not; each group goes to run(group, next) once the group after it is
-// complete (an empty one after the last), so a tile can prefetch the next one.
+// complete (an empty one after the last), so a tile can prefetch the next one. A group holds rising
+// ids only (then the keys a query sees are a prefix of its tile's): an id that does not rise, from
+// an index out of canonical order run unchecked (run_items), starts a new group.
 template <class Run>
 struct block_groups {
   std::int32_t most = 1;  // 1 to simd_detail::block_group::most
@@ -87,11 +89,12 @@ struct block_groups {
   simd_detail::block_group current{}, next{};
 
   void add(std::int32_t id) {
+    if (next.count == most || (next.count > 0 && id <= next.ids[next.count - 1])) {
+      if (current.count > 0) run(current.span(), next.span());
+      current = next;
+      next.count = 0;
+    }
     next.ids[next.count++] = id;
-    if (next.count < most) return;
-    if (current.count > 0) run(current.span(), next.span());
-    current = next;
-    next.count = 0;
   }
   void flush() {
     if (current.count > 0) run(current.span(), next.span());
@@ -394,7 +397,7 @@ struct simd {
     const auto run_tile = [&](std::span<const std::int32_t> ids, std::span<const std::int32_t> next) {
       kernels::tile(kv, t, p, u.row, kv_head, ids, u.rows, queries, true, next);
     };
-    detail::block_groups groups{kernels::decode_run_blocks(p), run_tile};
+    detail::block_groups groups{kernels::decode_group_blocks(p), run_tile};
     SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) {
       if (!u.decode) {
         kernels::tile(kv, t, p, u.row, kv_head, {&id, 1}, u.rows, queries, false);
@@ -440,7 +443,7 @@ struct simd {
         kernels::tile(kv, t.rows_from(g * gr), p, u.row, g, ids, group * queries, queries, true, next);
       }
     };
-    detail::block_groups groups{kernels::decode_run_blocks(p), run_tiles};
+    detail::block_groups groups{kernels::decode_group_blocks(p), run_tiles};
     SKIM_TRY(for_each_id(a.index, p, u, chunk, [&](std::int32_t id) { groups.add(id); }));
     groups.flush();
 
