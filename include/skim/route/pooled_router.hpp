@@ -39,8 +39,8 @@
 // summarizer defining score4 (max_bound, mean_pool, multi_centroid) scores four heads of the group
 // side by side, four chains in flight, and one defining score4_blocks (the three of them) several
 // blocks a call (S::score4_blocks_per_call) with the four heads as the lanes of one vector, every
-// block's chains in flight together: the same bits. That loop also asks for the records 32 blocks ahead (one kv head's
-// records are strided: the hardware prefetchers lose them).
+// block's chains in flight together: the same bits. That loop also asks for the records 32 blocks
+// ahead (one kv head's records are strided: the hardware prefetchers lose them).
 //
 // Entry points (no allocation; scratch is the pooled query vectors, from the caller's workspace of
 // workspace_bytes(problem) bytes, aligned to workspace_alignment):
