@@ -110,21 +110,19 @@ SKIM_FORCEINLINE void quotient4(const float* SKIM_RESTRICT s, float n, float* SK
 // best[g] = x > best[g] ? x : best[g] with x = s[g] / n, for g < 4: the scalar loop's bits lane by
 // lane (best kept where x is NaN), one vector division and select as quotient4.
 SKIM_FORCEINLINE void max_quotient4(const float* SKIM_RESTRICT s, float n, float* SKIM_RESTRICT best) noexcept {
+  float q[4];
+  quotient4(s, n, q);
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
   typedef float lanes __attribute__((vector_size(16)));
   typedef std::int32_t mask __attribute__((vector_size(16)));
   lanes x, b;
-  std::memcpy(&x, s, sizeof x);
+  std::memcpy(&x, q, sizeof x);
   std::memcpy(&b, best, sizeof b);
-  x = x / lanes{n, n, n, n};
   const mask take = x > b;  // all ones where x > b
   b = (lanes)(((mask)x & take) | ((mask)b & ~take));
   std::memcpy(best, &b, sizeof b);
 #else
-  for (int g = 0; g < 4; ++g) {
-    const float x = s[g] / n;
-    best[g] = x > best[g] ? x : best[g];
-  }
+  for (int g = 0; g < 4; ++g) best[g] = q[g] > best[g] ? q[g] : best[g];
 #endif
 }
 

@@ -84,9 +84,21 @@ namespace detail {
 // an index out of canonical order run unchecked (run_items), starts a new group.
 template <class Run>
 struct block_groups {
-  std::int32_t most = 1;  // 1 to simd_detail::block_group::most
+  // The blocks of one group: ids[0, count).
+  struct group {
+    static constexpr std::int32_t capacity = 16;
+    std::int32_t ids[capacity] = {};
+    std::int32_t count = 0;
+    [[nodiscard]] std::span<const std::int32_t> span() const noexcept {
+      return {ids, static_cast<std::size_t>(count)};
+    }
+  };
+  // A tile holds at most floats_per_line keys (kernels::decode_group_blocks), so as many blocks.
+  static_assert(workspace_alignment / sizeof(float) <= group::capacity);
+
+  std::int32_t most = 1;  // 1 to group::capacity: kernels::decode_group_blocks(p)
   Run run;
-  simd_detail::block_group current{}, next{};
+  group current{}, next{};
 
   void add(std::int32_t id) {
     if (next.count == most || (next.count > 0 && id <= next.ids[next.count - 1])) {

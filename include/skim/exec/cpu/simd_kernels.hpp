@@ -49,18 +49,6 @@ inline constexpr bool is_contiguous_kv = false;
 template <class T>
 inline constexpr bool is_contiguous_kv<contiguous_kv<T>> = true;
 
-// The blocks one decode tile runs: ids[0, count), ascending, consecutive or not (a decode tile reads
-// its keys through row pointers). At most kernels::decode_group_blocks(p) of them, which is at most
-// `most` (blocks of one key in a tile of 16 keys).
-struct block_group {
-  static constexpr std::int32_t most = 16;
-  std::int32_t ids[most] = {};
-  std::int32_t count = 0;
-  [[nodiscard]] std::span<const std::int32_t> span() const noexcept {
-    return {ids, static_cast<std::size_t>(count)};
-  }
-};
-
 template <class Arch>
 struct kernels {
   using batch = fbatch<Arch>;
@@ -81,13 +69,12 @@ struct kernels {
   [[nodiscard]] static std::size_t key_stride(const problem& p) noexcept {
     return align_up(static_cast<std::size_t>(p.block_kv > 0 ? p.block_kv : 1), floats_per_line);
   }
-  // Selected blocks one decode tile may run (a block_group): as many as its keys hold (4 blocks of
-  // 4 keys, 2 of 8; 1 from 9 keys on, where nothing changes). A tile's fixed work (softmax, the
-  // rescale of the output rows) is then paid once per group instead of once per small block.
+  // Selected blocks one decode tile may run (simd.hpp, block_groups): as many as its keys hold (4
+  // blocks of 4 keys, 2 of 8; 1 from 9 keys on, where nothing changes; floats_per_line at most). A
+  // tile's fixed work (softmax, the rescale of the output rows) is then paid once per group instead
+  // of once per small block.
   [[nodiscard]] static std::int32_t decode_group_blocks(const problem& p) noexcept {
-    const std::int32_t n =
-        p.block_kv > 0 ? static_cast<std::int32_t>(key_stride(p) / static_cast<std::size_t>(p.block_kv)) : 1;
-    return n < block_group::most ? n : block_group::most;
+    return p.block_kv > 0 ? static_cast<std::int32_t>(key_stride(p) / static_cast<std::size_t>(p.block_kv)) : 1;
   }
 
   // One slot's scratch. Rows of a unit are r = head_in_unit · queries + query.
@@ -393,7 +380,7 @@ struct kernels {
   // Converts the tile's K (transposed for prefill, rows for decode) and V to float, then runs
   // every block of mr rows of the unit through S, softmax and P·V.
   // A prefill tile runs one block (ids[0]); a decode tile runs ids, ascending, at most
-  // decode_group_blocks(p) of them (a block_group), its keys those of its blocks in order. As keys
+  // decode_group_blocks(p) of them, its keys those of its blocks in order. As keys
   // rise with the ids, the keys a query sees are a prefix of the tile's, as in a single block.
   // Decode also asks for the K and V rows (of kv_head) of the blocks `next`, the tile the unit runs
   // next: row j of it as the first block of rows passes key j, so the requests are spread over the
