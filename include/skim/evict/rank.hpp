@@ -84,9 +84,9 @@ template <evictor E>
     else cand[static_cast<std::size_t>(nc++)] = id;
   }
   const std::int32_t take = std::clamp(r.keep - protected_n, std::int32_t{0}, nc);
-  // The best `take` candidates first (ranking order of select/rank.hpp), then sort each part by id.
+  // The best `take` candidates (ranking order of select/rank.hpp), ascending: cand holds the
+  // resident ids in order, so keep_best keeps them in order.
   select::detail::keep_best(scores, cand.first(static_cast<std::size_t>(nc)), static_cast<std::size_t>(take));
-  std::sort(cand.begin() + take, cand.begin() + nc);
   // Merge protected ids with the kept candidates (both ascending) into keep_ids.
   std::int32_t k = 0, c = 0;
   for (std::int32_t i = 0; i < n; ++i) {
@@ -96,9 +96,21 @@ template <evictor E>
     out.keep_ids[static_cast<std::size_t>(k++)] = id;
   }
   while (c < take) out.keep_ids[static_cast<std::size_t>(k++)] = cand[static_cast<std::size_t>(c++)];
-  std::copy(cand.begin() + take, cand.begin() + nc, out.evict_ids.begin());
+  // The candidates not kept, ascending: the resident ids again, less the protected and the kept.
+  std::int32_t evicted = 0;
+  c = 0;
+  for (std::int32_t i = 0; i < n; ++i) {
+    const std::int32_t id = id_at(i);
+    if (is_protected(id)) continue;
+    if (c < take && cand[static_cast<std::size_t>(c)] == id) {
+      ++c;
+    } else {
+      out.evict_ids[static_cast<std::size_t>(evicted++)] = id;
+    }
+  }
+  SKIM_DASSERT(evicted == nc - take);
   out.keep_count = k;
-  out.evict_count = nc - take;
+  out.evict_count = evicted;
   return status::success();
 }
 

@@ -20,8 +20,8 @@
 // sink, window and importance blocks that hold most of the mass leave little for the threshold.
 // k_min and k_max shrink by budget_used (not below 0); k never exceeds the candidates left.
 //
-// Cost: absolute and relative O(visible_blocks) on average (a count, then nth_element); mass
-// O(visible_blocks log visible_blocks) (a full sort). Workspace: one int32 list of visible_blocks.
+// Cost: absolute and relative O(visible_blocks) (a count, then keep_best's radix selection); mass
+// O(visible_blocks log visible_blocks) (two sorts). Workspace: one int32 list of visible_blocks.
 
 #include <algorithm>
 #include <cmath>
@@ -80,7 +80,7 @@ struct threshold {
   [[nodiscard]] status select_row(const row_scores& in, std::span<std::int32_t> out, std::int32_t& count,
                                   std::span<std::byte> workspace) const noexcept {
     return detail::select_best(*this, in, out, count, workspace, [&](std::span<std::int32_t> candidates) noexcept {
-      const std::int32_t passing = mode == threshold_mode::mass ? count_mass(in, candidates)  // sorts candidates
+      const std::int32_t passing = mode == threshold_mode::mass ? count_mass(in, candidates)
                                                                 : count_passing(in, candidates);
       const std::int32_t lo = std::max(k_min - in.budget_used, std::int32_t{0});
       const std::int32_t hi = std::max(k_max - in.budget_used, std::int32_t{0});
@@ -112,8 +112,9 @@ struct threshold {
     return c;
   }
 
-  // mass: sorts the candidates into ranking order and returns the length of the shortest prefix
-  // that, with the excluded blocks' mass, holds a share tau of the row's mass.
+  // mass: ranks the candidates (a sort) and returns the length of the shortest prefix of that order
+  // that, with the excluded blocks' mass, holds a share tau of the row's mass; the candidates end
+  // ascending again.
   [[nodiscard]] std::int32_t count_mass(const row_scores& in, std::span<std::int32_t> candidates) const noexcept {
     const float m = row_max(in);
     if (m == detail::neg_inf) return 0;
@@ -136,6 +137,7 @@ struct threshold {
       kept += weight(in.scores[candidates[static_cast<std::size_t>(c)]]);
       ++c;
     }
+    std::sort(candidates.begin(), candidates.end());  // ascending again, as select_best's keep_best wants them
     return c;
   }
 };

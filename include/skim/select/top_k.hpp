@@ -5,7 +5,7 @@
 // Blocks scored -inf are still visible blocks and rank last; they are taken when k exceeds the
 // rest (k >= visible_blocks takes every visible block, k = 0 takes none). Inside an enclosing
 // selector the budget is k - budget_used and excluded blocks are skipped.
-// Cost: O(visible_blocks) on average (nth_element), plus O(k log k) to sort the result by id.
+// Cost: O(visible_blocks): a few passes over the candidates (rank.hpp's keep_best), already in id order.
 // Workspace: one int32 candidate list of visible_blocks entries.
 
 #include <algorithm>

@@ -25,8 +25,8 @@
 //
 // Cost per row: V key rows of head_dim elements read once (for every query head of the row), in
 // tiles of 16 keys converted to fp32 and transposed so that the dot products vectorise over keys;
-// V · heads · head_dim fp32 multiply-adds, then O(V) on average (nth_element) plus O(t log t) to
-// sort the kept positions. Over a decode step that is all of K read once per kv head — the K half
+// V · heads · head_dim fp32 multiply-adds, then O(V) to keep the best t positions (rank.hpp's
+// keep_best, a few passes). Over a decode step that is all of K read once per kv head — the K half
 // of dense decode attention's traffic, before the selected rows are read again by the executor.
 // That is the indexer's cost, and why engines score a low-precision (or narrower) copy of K: the
 // q and K given here may be any copy with the problem's shape (a bf16 copy of an fp32 cache, an
