@@ -16,6 +16,7 @@
 #include <span>
 #include <utility>
 
+#include "skim/core/host_buffer.hpp"
 #include "skim/core/status.hpp"
 
 namespace skim {
@@ -72,15 +73,15 @@ class workspace_arena {
 };
 
 // An owning, aligned workspace for callers that do not manage their own scratch memory.
-// It allocates once, when built (never inside an executor's run), and frees on destruction:
+// It allocates once, when built (never inside an executor's run), and frees on destruction; from
+// 2 MiB on it asks for huge pages, as host_buffer does (core/host_buffer.hpp):
 //   skim::workspace_buffer ws(exec.workspace_bytes(p));   // outside the hot path
 //   SKIM_TRY(exec.run(args, ws.span()));                   // as often as needed
 class workspace_buffer {
  public:
   workspace_buffer() noexcept = default;
   explicit workspace_buffer(std::size_t bytes)
-      : data_(bytes == 0 ? nullptr
-                         : static_cast<std::byte*>(::operator new(bytes, std::align_val_t{workspace_alignment}))),
+      : data_(bytes == 0 ? nullptr : static_cast<std::byte*>(detail::allocate_host(bytes, workspace_alignment))),
         size_(bytes) {}
   workspace_buffer(workspace_buffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
@@ -101,7 +102,7 @@ class workspace_buffer {
 
  private:
   void release() noexcept {
-    if (data_ != nullptr) ::operator delete(data_, std::align_val_t{workspace_alignment});
+    detail::free_host(data_, size_, workspace_alignment);
     data_ = nullptr;
   }
   std::byte* data_ = nullptr;
