@@ -44,6 +44,7 @@
 
 #include "skim/core/attention_args.hpp"
 #include "skim/core/dtypes.hpp"
+#include "skim/core/host_buffer.hpp"
 #include "skim/core/status.hpp"
 #include "skim/core/problem.hpp"
 #include "skim/core/quantized.hpp"
@@ -201,6 +202,14 @@ std::vector<T> convert(const std::vector<float>& x) {
     for (std::size_t i = 0; i < x.size(); ++i) y[i] = T::from_float(x[i] * scale);
     return y;
   }
+}
+
+// x copied into a skim::host_buffer (huge pages from 2 MiB on, where the kernel gives them).
+template <class T>
+skim::host_buffer<T> to_host_buffer(const std::vector<T>& x) {
+  skim::host_buffer<T> y(x.size());
+  std::copy(x.begin(), x.end(), y.begin());
+  return y;
 }
 
 // Structured data with the three shapes real attention has (examples/needle_demo.cpp, at any

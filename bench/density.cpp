@@ -59,11 +59,13 @@ using kv_type = skim::half;
 constexpr std::int32_t heads_q = 8, heads_kv = 2, dim = 128, block_q = 64, block_kv = 64;
 constexpr std::int32_t chunk = 512;  // prefill queries per step
 
+// K/V live in skim::host_buffer, as an engine's cache should (huge pages where the kernel gives
+// them; docs/performance.md, "CPU: huge pages"): the sparse and the dense rows read the same buffers.
 struct tensors {
   std::int32_t keys = -1, queries = -1;
   std::vector<float> q, o;
-  std::vector<kv_type> k, v;          // token-major [keys, heads_kv, dim]
-  std::vector<kv_type> k_hnd, v_hnd;  // the same values head-major [heads_kv, keys, dim], made on first use
+  skim::host_buffer<kv_type> k, v;          // token-major [keys, heads_kv, dim]
+  skim::host_buffer<kv_type> k_hnd, v_hnd;  // the same values head-major [heads_kv, keys, dim], made on first use
 
   // K or V in `layout`: the HND and NHD rows of a length compute on the same tensors (same coverage).
   [[nodiscard]] const kv_type* kv(kv_layout layout, bool key) {
@@ -76,8 +78,8 @@ struct tensors {
   }
 
  private:
-  [[nodiscard]] std::vector<kv_type> head_major(const std::vector<kv_type>& x) const {
-    std::vector<kv_type> y(x.size());
+  [[nodiscard]] skim::host_buffer<kv_type> head_major(const skim::host_buffer<kv_type>& x) const {
+    skim::host_buffer<kv_type> y(x.size());
     for (std::int32_t t = 0; t < keys; ++t)
       for (std::int32_t h = 0; h < heads_kv; ++h)
         std::copy_n(x.begin() + (std::ptrdiff_t(t) * heads_kv + h) * dim, dim,
@@ -97,8 +99,8 @@ tensors& data(std::int32_t keys, std::int32_t queries) {
   t.queries = queries;
   t.q = h.q;
   t.o.assign(h.q.size(), 0.0f);
-  t.k = convert<kv_type>(h.k);
-  t.v = convert<kv_type>(h.v);
+  t.k = to_host_buffer(convert<kv_type>(h.k));
+  t.v = to_host_buffer(convert<kv_type>(h.v));
   return t;
 }
 

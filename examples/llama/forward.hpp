@@ -29,6 +29,7 @@
 #include <Eigen/Core>
 
 #include "model.hpp"
+#include "skim/core/host_buffer.hpp"
 #include "skim/core/parallel.hpp"
 
 namespace skim_llama {
@@ -36,11 +37,13 @@ namespace skim_llama {
 // [layers][max_tokens][kv_heads][head_dim] for K and for V; `tokens` of them are filled.
 // A cache made with float_rows = false counts tokens but holds no rows (k and v empty): the K and V
 // of a forward pass then go to forward_options::store_kv (e.g. an engine's quantised cache).
+// The rows live in skim::host_buffer: huge pages where the kernel gives them, which decode's
+// scattered reads of K and V want (docs/performance.md, "CPU: huge pages").
 struct kv_cache {
   int max_tokens = 0;
   int tokens = 0;
   int kv_heads = 0, head_dim = 0;
-  std::vector<float> k, v;
+  skim::host_buffer<float> k, v;
   bool rows = true;  // false: k and v are empty, the rows live elsewhere (forward_options::store_kv)
 
   kv_cache() = default;

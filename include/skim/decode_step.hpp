@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "skim/concepts/summarizer.hpp"
+#include "skim/core/host_buffer.hpp"
 #include "skim/core/problem.hpp"
 #include "skim/core/status.hpp"
 #include "skim/core/views.hpp"
@@ -99,7 +100,7 @@ class decode_step {
       bytes = std::max(bytes, pipe_.workspace_bytes(problem_for(cu_q, cu_n)));
     }
     const auto slots = static_cast<std::size_t>(c.sequences);
-    records_.assign(slots * static_cast<std::size_t>(record_floats_), 0.0f);
+    records_ = host_buffer<float>(slots * static_cast<std::size_t>(record_floats_), 0.0f);
     ids_.assign(slots * static_cast<std::size_t>(rows_ * width_), index::mutable_block_table::pad);
     count_.assign(slots * static_cast<std::size_t>(rows_), 0);
     summarized_.assign(slots, 0);
@@ -204,7 +205,7 @@ class decode_step {
     return status::success();
   }
   [[nodiscard]] std::span<float> records(std::int32_t seq, const problem& p) noexcept {
-    return std::span<float>(records_).subspan(static_cast<std::size_t>(seq) * static_cast<std::size_t>(record_floats_),
+    return records_.span().subspan(static_cast<std::size_t>(seq) * static_cast<std::size_t>(record_floats_),
                                               static_cast<std::size_t>(pipe_.summary_floats(p)));
   }
   [[nodiscard]] index::mutable_block_table table(std::int32_t seq) noexcept {
@@ -222,7 +223,7 @@ class decode_step {
   std::int64_t record_floats_ = 0;  // per sequence
   std::int32_t width_ = 1;
   std::int64_t rows_ = 0;  // table rows per sequence (kv heads)
-  std::vector<float> records_;
+  host_buffer<float> records_;  // huge pages where the kernel gives them: scoring reads them all every step
   std::vector<std::int32_t> ids_, count_;
   std::vector<std::int32_t> summarized_;  // keys summarised per sequence
   std::vector<workspace_buffer> workspaces_;
