@@ -8,6 +8,7 @@
 
 #include "skim/core/attention_args.hpp"
 #include "skim/core/dtypes.hpp"
+#include "skim/core/host_buffer.hpp"
 #include "skim/core/parallel.hpp"
 #include "skim/core/problem.hpp"
 #include "skim/core/quantized.hpp"
