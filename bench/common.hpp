@@ -569,7 +569,7 @@ class stream_read {
   [[nodiscard]] double bytes() const noexcept { return double(words_.size() / std::size_t(copies_) * sizeof(std::uint64_t)); }
 
  private:
-  std::vector<std::uint64_t> words_;
+  skim::host_buffer<std::uint64_t> words_;  // huge pages, as the inputs it is a ceiling for
   std::int32_t copies_ = 1;
   std::int32_t next_ = 0;
 };

@@ -72,7 +72,7 @@ constexpr std::int32_t block_q = 64;
 // (bench/run.sh) the rows of all shapes alternate. About 1 GiB at the 128K decode shapes.
 struct tensors {
   std::vector<float> q, o;
-  std::vector<std::byte> k, v;  // K, V in the row's dtype
+  skim::host_buffer<std::byte> k, v;  // K, V in the row's dtype, in huge pages as an engine's cache should be
 };
 
 // K and V hold `copies` consecutive copies of [n_kv, heads_kv, dim] (rotation, see decode()).
@@ -89,14 +89,14 @@ tensors& data(std::int32_t n_q, std::int32_t n_kv, std::int32_t dim, std::int32_
   for (auto [dst, seed] : {std::pair{&t.k, 2u}, std::pair{&t.v, 3u}}) {
     const std::vector<T> x = convert<T>(random_tensor(std::size_t(n_kv) * heads_kv * dim, seed));
     const std::size_t copy_bytes = x.size() * sizeof(T);
-    dst->resize(copy_bytes * std::size_t(copies));
+    *dst = skim::host_buffer<std::byte>(copy_bytes * std::size_t(copies));
     for (std::int32_t c = 0; c < copies; ++c) std::memcpy(dst->data() + copy_bytes * std::size_t(c), x.data(), copy_bytes);
   }
   return t;
 }
 
 template <class T>
-const T* as(const std::vector<std::byte>& b) {
+const T* as(const skim::host_buffer<std::byte>& b) {
   return reinterpret_cast<const T*>(b.data());
 }
 
