@@ -12,9 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <new>
 #include <span>
-#include <utility>
 
 #include "skim/core/host_buffer.hpp"
 #include "skim/core/status.hpp"
@@ -73,40 +71,22 @@ class workspace_arena {
 };
 
 // An owning, aligned workspace for callers that do not manage their own scratch memory.
-// It allocates once, when built (never inside an executor's run), and frees on destruction; from
-// 2 MiB on it asks for huge pages, as host_buffer does (core/host_buffer.hpp):
+// It allocates once, when built (never inside an executor's run), and frees on destruction; it is a
+// zeroed host_buffer of bytes (core/host_buffer.hpp), so from 2 MiB on it asks for huge pages:
 //   skim::workspace_buffer ws(exec.workspace_bytes(p));   // outside the hot path
 //   SKIM_TRY(exec.run(args, ws.span()));                   // as often as needed
 class workspace_buffer {
  public:
-  workspace_buffer() noexcept = default;
-  explicit workspace_buffer(std::size_t bytes)
-      : data_(bytes == 0 ? nullptr : static_cast<std::byte*>(detail::allocate_host(bytes, workspace_alignment))),
-        size_(bytes) {}
-  workspace_buffer(workspace_buffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  workspace_buffer& operator=(workspace_buffer&& other) noexcept {
-    if (this != &other) {
-      release();
-      data_ = std::exchange(other.data_, nullptr);
-      size_ = std::exchange(other.size_, 0);
-    }
-    return *this;
-  }
-  workspace_buffer(const workspace_buffer&) = delete;
-  workspace_buffer& operator=(const workspace_buffer&) = delete;
-  ~workspace_buffer() { release(); }
+  static_assert(host_buffer<std::byte>::alignment % workspace_alignment == 0);
 
-  [[nodiscard]] std::span<std::byte> span() const noexcept { return {data_, size_}; }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  workspace_buffer() noexcept = default;
+  explicit workspace_buffer(std::size_t bytes) : bytes_(bytes) {}
+
+  [[nodiscard]] std::span<std::byte> span() const noexcept { return bytes_.span(); }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_.size(); }
 
  private:
-  void release() noexcept {
-    detail::free_host(data_, size_, workspace_alignment);
-    data_ = nullptr;
-  }
-  std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
+  mutable host_buffer<std::byte> bytes_;  // scratch: written through a const buffer's span(), as before
 };
 
 }  // namespace skim
