@@ -30,26 +30,6 @@ namespace skim {
 
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;  // x86-64 and aarch64 (4 KiB base pages)
 
-namespace detail {
-// The alignment host_buffer uses for `bytes` bytes whose elements need `alignment`.
-[[nodiscard]] constexpr std::size_t host_alignment(std::size_t bytes, std::size_t alignment) noexcept {
-  return bytes >= huge_page_bytes ? std::max(alignment, huge_page_bytes) : alignment;
-}
-// Uninitialised storage for `bytes` bytes (bytes > 0), huge-page advised when large; throws
-// std::bad_alloc as operator new does.
-[[nodiscard]] inline void* allocate_host(std::size_t bytes, std::size_t alignment) {
-  const std::size_t align = host_alignment(bytes, alignment);
-  void* p = ::operator new(bytes, std::align_val_t{align});
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (align >= huge_page_bytes) (void)::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failure keeps 4 KiB pages
-#endif
-  return p;
-}
-inline void free_host(void* p, std::size_t bytes, std::size_t alignment) noexcept {
-  if (p != nullptr) ::operator delete(p, std::align_val_t{host_alignment(bytes, alignment)});
-}
-}  // namespace detail
-
 template <class T>
 class host_buffer {
   static_assert(std::is_nothrow_destructible_v<T> && std::is_nothrow_copy_constructible_v<T>);
@@ -62,7 +42,7 @@ class host_buffer {
   explicit host_buffer(std::size_t n) : host_buffer(n, T{}) {}
   host_buffer(std::size_t n, const T& value) {
     if (n == 0) return;
-    data_ = static_cast<T*>(detail::allocate_host(n * sizeof(T), alignment));
+    data_ = static_cast<T*>(allocate(n * sizeof(T)));
     size_ = n;
     std::uninitialized_fill_n(data_, n, value);
   }
@@ -94,10 +74,24 @@ class host_buffer {
   [[nodiscard]] std::span<const T> span() const noexcept { return {data_, size_}; }
 
  private:
+  // The alignment of an array of `bytes` bytes: 2 MiB from huge_page_bytes on.
+  [[nodiscard]] static constexpr std::size_t alignment_for(std::size_t bytes) noexcept {
+    return bytes >= huge_page_bytes ? std::max(alignment, huge_page_bytes) : alignment;
+  }
+  // Uninitialised storage (bytes > 0), advised into huge pages when large; throws std::bad_alloc as
+  // operator new does.
+  [[nodiscard]] static void* allocate(std::size_t bytes) {
+    const std::size_t align = alignment_for(bytes);
+    void* p = ::operator new(bytes, std::align_val_t{align});
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (align >= huge_page_bytes) (void)::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failure keeps 4 KiB pages
+#endif
+    return p;
+  }
   void release() noexcept {
     if (data_ == nullptr) return;
     std::destroy_n(data_, size_);
-    detail::free_host(data_, size_ * sizeof(T), alignment);
+    ::operator delete(data_, std::align_val_t{alignment_for(size_ * sizeof(T))});
     data_ = nullptr;
     size_ = 0;
   }

@@ -131,8 +131,8 @@ TEST_CASE_TEMPLATE("simd fused decode: a head-invariant index gives the bits of 
   }
 }
 
-// A decode unit's ids become runs of consecutive blocks, at most `most` long, each told the first id
-// of the run after it (-1 after the last), in order; no ids, no runs.
+// A decode unit's ids become groups of at most `most` rising ids, consecutive or not, each run with
+// the group after it (empty after the last), in order; no ids, no groups.
 TEST_CASE("simd decode: block_groups takes rising ids `most` a group, in order, each group knowing the next") {
   using ids = std::vector<std::int32_t>;
   using group = std::pair<ids, ids>;  // a group's ids, the next group's
