@@ -120,48 +120,52 @@ __device__ __forceinline__ void widen8_codes(uint2 w, float* f) noexcept {
   }
 }
 
-// Sixteen codes (one 16-byte chunk) to sixteen values of the 16-bit type T16 (half or bfloat16),
-// exactly, as two 16-byte chunks of 8 (the tensor-core kernel's tiles). Every int8 and e4m3 value is
-// a half and a bfloat16 value. int8 → half: the byte biased by 128 into the low mantissa of 1024
-// (prmt) minus 1152; int8 → bfloat16: the same into 2^23 in fp32, minus 2^23 + 128, then packed;
-// e4m3 → half: cvt.rn.f16x2.e4m3x2; e4m3 → bfloat16: through fp32.
+// Two codes (the low 16 bits of `codes`, the first in the low byte) to two values of the 16-bit
+// type T16 (half or bfloat16), exactly, packed as T16x2 (the first in the low half). Every int8 and
+// e4m3 value is a half and a bfloat16 value. int8 → half: the byte biased by 128 into the low
+// mantissa of 1024 (prmt) minus 1152; int8 → bfloat16: the same into 2^23 in fp32, minus 2^23 +
+// 128, then packed; e4m3 → half: cvt.rn.f16x2.e4m3x2; e4m3 → bfloat16: through fp32.
+template <class T16, class Code>
+[[nodiscard]] __device__ __forceinline__ std::uint32_t widen2(std::uint32_t codes) noexcept {
+  std::uint32_t pair;
+  if constexpr (std::is_same_v<Code, std::int8_t>) {
+    const std::uint32_t x = codes ^ 0x8080u;  // b + 128 in each byte
+    if constexpr (std::is_same_v<T16, half>) {
+      const std::uint32_t biased = __byte_perm(x, 0x64646464u, 0x4140u);
+      __half2 h;
+      memcpy(&h, &biased, sizeof h);
+      h = __hsub2(h, __floats2half2_rn(1152.0f, 1152.0f));
+      memcpy(&pair, &h, sizeof pair);
+    } else {
+      const float a = __uint_as_float(__byte_perm(x, 0x4b000000u, 0x7540u)) - 8388736.0f;
+      const float b = __uint_as_float(__byte_perm(x, 0x4b000000u, 0x7541u)) - 8388736.0f;
+      const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+      memcpy(&pair, &v, sizeof pair);
+    }
+  } else {
+    const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
+    if constexpr (std::is_same_v<T16, half>) {
+      memcpy(&pair, &raw, sizeof pair);
+    } else {
+      __half2 h;
+      memcpy(&h, &raw, sizeof h);
+      const __nv_bfloat162 v = __float22bfloat162_rn(__half22float2(h));
+      memcpy(&pair, &v, sizeof pair);
+    }
+  }
+  return pair;
+}
+
+// Sixteen codes (one 16-byte chunk) to sixteen values of T16, exactly (widen2), as two 16-byte
+// chunks of 8 (the tensor-core kernels' tiles).
 template <class T16, class Code>
 __device__ __forceinline__ void widen16_codes(const uint4& w, uint4& lo, uint4& hi) noexcept {
   const std::uint32_t in[4] = {w.x, w.y, w.z, w.w};
   std::uint32_t out[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-#pragma unroll
-    for (int half_word = 0; half_word < 2; ++half_word) {
-      std::uint32_t pair;  // codes 2 half_word, 2 half_word + 1 of in[i] as two T16 values
-      if constexpr (std::is_same_v<Code, std::int8_t>) {
-        const std::uint32_t x = in[i] ^ 0x80808080u;  // b + 128 in each byte
-        if constexpr (std::is_same_v<T16, half>) {
-          const std::uint32_t biased = __byte_perm(x, 0x64646464u, half_word == 0 ? 0x4140u : 0x4342u);
-          __half2 h;
-          memcpy(&h, &biased, sizeof h);
-          h = __hsub2(h, __floats2half2_rn(1152.0f, 1152.0f));
-          memcpy(&pair, &h, sizeof pair);
-        } else {
-          const float a = __uint_as_float(__byte_perm(x, 0x4b000000u, 0x7540u + 2 * half_word)) - 8388736.0f;
-          const float b = __uint_as_float(__byte_perm(x, 0x4b000000u, 0x7541u + 2 * half_word)) - 8388736.0f;
-          const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-          memcpy(&pair, &v, sizeof pair);
-        }
-      } else {
-        const auto codes = static_cast<__nv_fp8x2_storage_t>(in[i] >> (16 * half_word));
-        const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3);
-        if constexpr (std::is_same_v<T16, half>) {
-          memcpy(&pair, &raw, sizeof pair);
-        } else {
-          __half2 h;
-          memcpy(&h, &raw, sizeof h);
-          const __nv_bfloat162 v = __float22bfloat162_rn(__half22float2(h));
-          memcpy(&pair, &v, sizeof pair);
-        }
-      }
-      out[2 * i + half_word] = pair;
-    }
+    out[2 * i] = widen2<T16, Code>(in[i]);
+    out[2 * i + 1] = widen2<T16, Code>(in[i] >> 16);
   }
   lo = make_uint4(out[0], out[1], out[2], out[3]);
   hi = make_uint4(out[4], out[5], out[6], out[7]);
