@@ -16,11 +16,12 @@
 // stream through shared memory by cp.async. Two split kernels compute it (decode::kernel):
 //  - decode_kernel::cuda_cores (decode_simt.cuh): fp32 dot products per key, any 16-bit Q and K/V
 //    types, any GPU; 2 tiles (8 KB) in flight per warp.
-//  - decode_kernel::tensor_cores (decode_mma.cuh): the unit's rows as the M of mma.sync.m16n8k16
-//    (padded to 16), S and P·V on tensor cores, 16 KB in flight per warp; sm_80 and later, Q and K/V
-//    of one type. P is rounded to that type before P·V (as in prefill), so O differs from the
-//    reference by about that rounding (tests: 2e-2 relative for bf16, 5e-3 for fp16). Quantised K/V
-//    (8-bit codes) are widened exactly to Q's type in shared memory first.
+//  - decode_kernel::tensor_cores (decode_mma.cuh): keys as the M of mma.sync.m16n8k16 and the
+//    unit's rows as its N (tiles of 8 rows), Sᵀ and Oᵀ on tensor cores, 16 KB in flight per warp;
+//    sm_80 and later, Q and K/V of one type. P is rounded to that type before P·V (as in prefill), so
+//    O differs from the reference by about that rounding (tests: 2e-2 relative for bf16, 5e-3 for
+//    fp16). Quantised K/V (8-bit codes) are widened exactly to Q's type in registers, as the mma's
+//    fragments.
 //  - decode_kernel::automatic (the default): tensor_cores where it applies, else cuda_cores.
 // Rows with more than one split merge the splits' partials (m, l, unnormalised o, fp32) by LSE in
 // split order: on sm_90 and later, with at most max_cluster_splits splits, the splits of a row run

@@ -7,9 +7,11 @@
 // (split, unit), the split's partial (m, l, o) or O and lse written by write_rows, so the merge
 // kernel and the determinism argument are unchanged. What differs is the main loop:
 //
-//   M          the unit's rows (query heads of the index row × its queries, at most 64), padded to
-//              16: one M tile of 16 rows per pass (decode with GQA 4 or 8: one pass). Q goes to
-//              shared memory as 16-bit swizzled rows once, then into A fragments per pass.
+//   rows       the unit's rows (query heads of the index row × its queries, at most 64) in passes
+//              of 16; a pass computes one or two n tiles of 8 rows (one for decode with GQA up
+//              to 8). Q goes to shared memory as 16-bit swizzled rows once, then into B fragments
+//              per pass. The keys are the mma's M (Sᵀ = K·Qᵀ, Oᵀ = Vᵀ·Pᵀ): a GQA group of 4 or 8
+//              rows fills half or all of N = 8, where rows as M padded it to 16 (half the mma).
 //   keys       8 warps share the split's keys: tiles of tile_keys keys (16 at d 128, 32 at d 64:
 //              4 KB of K and 4 KB of V) that never straddle a block; warp w takes tiles w, w + 8,
 //              ... (as the CUDA-core kernel's slices do). Each warp streams its tiles through its own
@@ -21,33 +23,39 @@
 //              by shuffle. A warp walks its tiles with a (block, first key) cursor, no division. A
 //              slot with nothing to load is zero-filled (its token is no_key), so P·V never
 //              multiplies stale bits.
-//   per tile   S = Q·Kᵀ by mma.sync.m16n8k16 (K by ldmatrix), scaled into base 2, masked per
-//              (row, key) by the key's token against the row's visible keys (keys past kv_len, past
-//              a speculative row's causal limit, unloaded slots; padding rows see no key); online
-//              softmax on the fragments (row max over the quad, acc rescaled only when some row's
-//              max moved: a warp vote), P rounded to 16 bits as the A operand of P·V (V by
-//              ldmatrix.trans), fp32 accumulators. The fragment layouts, swizzle and address
-//              arithmetic are prefill_sm80.cuh's (tested on sm_90a), used here unchanged.
+//   per tile   Sᵀ = K·Qᵀ by mma.sync.m16n8k16 (K by ldmatrix as A, the dims in two interleaved
+//              accumulators to halve the dependent mma chain), scaled into base 2, masked per
+//              (key, row) by the key's token against the row's visible keys (keys past kv_len,
+//              past a speculative row's causal limit, unloaded slots; padding rows see no key);
+//              online softmax on the fragments (a row's max over the 8 lanes holding its keys, acc
+//              rescaled only when some row's max moved: a warp vote), P rounded to 16 bits and
+//              each 8 × 8 half transposed by movmatrix into the B operand of Oᵀ = Vᵀ·Pᵀ (V by
+//              ldmatrix.trans as A), fp32 accumulators. The swizzle and address arithmetic are
+//              prefill_sm80.cuh's (tested on sm_90a).
 //   epilogue   each warp's (m, l, o) of its 16 rows through shared memory (aliasing the K/V
 //              buffers), combined in warp order by write_rows; with the cluster merge (InCluster)
 //              the row's splits then merge through distributed shared memory (finish_pass).
 //
 // The kernel is bound by instruction issue (two warps a scheduler), not by memory, so the loader is
 // kept lean: contiguous K/V rows computed per lane from the tile's first token, tiles walked by a
-// cursor without a division. In the SASS (d 128, contiguous K/V), a loader with an integer division
-// per tile, 64-bit offsets shuffled per key and kernel parameters reloaded took ~200 of a tile's ~490
-// instructions per warp (32 of them mma, 16 ldmatrix); the CUDA-core kernel spends ~1600 per two 4 KB
-// tiles. docs/performance.md, "GPU sparse decode vs FlexAttention".
+// cursor without a division. In the SASS (d 128, contiguous K/V, rows then as the M), a loader with
+// an integer division per tile, 64-bit offsets shuffled per key and kernel parameters reloaded took
+// ~200 of a tile's ~490 instructions per warp (32 of them mma, 16 ldmatrix; keys as the M halve the
+// mma); the CUDA-core kernel spends ~1600 per two 4 KB tiles. docs/performance.md, "GPU sparse decode
+// vs FlexAttention".
 //
 // P is rounded to the input type before P·V (as prefill and FlashAttention do): outputs differ from
 // the reference by about that rounding (tests: 2e-2 relative for bf16, 5e-3 for fp16); lse is not
 // affected (l sums the unrounded p).
 //
 // Quantised K/V (core/cuda/quantized.cuh, 8-bit codes with a K and a V scale per block): a tile's
-// codes (2 KB of K, 2 KB of V) are copied into the first half of its K and V buffers, unswizzled;
-// once they land, the warp widens them exactly to Q's 16-bit type into the swizzled layout above
-// (every lane reads its codes before any lane writes), and the tile is computed as a 16-bit one
-// with S scaled by scale_k and P by scale_v before P·V (P · scale_v rounded to 16 bits; l sums P).
+// codes (2 KB of K, 2 KB of V) are copied into the first half of its K and V buffers (swizzled 16-byte
+// chunks, code_geometry) and read by ldmatrix as 16-bit pairs straight into registers, where they
+// are widened exactly to Q's 16-bit type (quantized.cuh's widen2) as the mma's A fragments: no
+// 16-bit tile is written. K's fragments then hold each 16-dim step's dims in another order, which
+// Q's B fragments follow (the dot product is the same sum); V's give Oᵀ's rows in another dim order,
+// which the epilogue undoes (out_dim). S is scaled by scale_k and P by scale_v before P·V (P ·
+// scale_v rounded to 16 bits; l sums P).
 
 #include <cuda_runtime.h>
 
@@ -94,11 +102,11 @@ struct geometry {
 //   then the pass's partial for the cluster merge: [m_tile][D + 2] float (finish_pass)
 inline constexpr std::size_t kv_bytes = static_cast<std::size_t>(warps) * stages * 2 * tile_bytes;
 inline constexpr std::size_t tok_bytes = static_cast<std::size_t>(warps) * stages * max_tile_keys * 4;
-// comb_o's row stride: 8 floats past D, so that the fragment stores of one warp (rows g, columns
-// 8 jn + quad_col) fall in distinct banks for each half warp (a stride of D put the 8 rows of a
-// column in one bank: 8-way conflicts, once the epilogue's largest cost).
+// comb_o's row stride: 4 floats past D, so that the epilogue's stores of one warp (rows quad_col +
+// {0, 2, 4, 6}, dims g + const) fall in distinct banks (a stride of D puts a dim's rows in one bank:
+// 4-way conflicts).
 template <int D>
-inline constexpr int comb_stride = D + 8;
+inline constexpr int comb_stride = D + 4;
 static_assert(static_cast<std::size_t>(warps) * m_tile * (comb_stride<128> + 2) * 4 +
                       static_cast<std::size_t>(m_tile) * (128 + 2) * 4 <=
                   kv_bytes,
@@ -114,33 +122,20 @@ static_assert((kv_bytes + tok_bytes) % alignment == 0, "q starts on a 128-byte b
          ids_bytes(chunk_blocks) + (scales ? 2 * ids_bytes(chunk_blocks) : 0);
 }
 
-// A tile's 8-bit codes: 16-byte copies of 16 codes, [tile_keys][D] bytes in the buffer's first half.
+// A tile's 8-bit codes: [tile_keys][D] bytes from the buffer's start, 16-byte chunks of 16 codes
+// swizzled so that ldmatrix's 8 rows of one chunk fall in distinct banks (chunk ^ key % 8 for
+// 128-byte rows; 64-byte rows share a 128-byte line in pairs: chunk ^ (key / 2) % 4).
 template <int D>
 struct code_geometry {
   static constexpr int chunks = D / 16;                 // 16-byte chunks per row
   static constexpr int keys_per_copy = 32 / chunks;     // rows one warp-wide copy covers
   static constexpr int copies = geometry<D>::tile_keys / keys_per_copy;
-};
-
-// Widens the codes of K (or V) buffer `buf` in place into Q's type T16, swizzled as a 16-bit tile.
-// @pre the warp's copies into buf landed and are visible to the warp (__syncwarp); the caller
-// synchronises the warp again before reading the tile.
-template <int D, class T16, class Code>
-__device__ __forceinline__ void widen_tile(unsigned char* buf, int lane) noexcept {
-  using CG = code_geometry<D>;
-  uint4 codes[CG::copies];
-#pragma unroll
-  for (int i = 0; i < CG::copies; ++i) codes[i] = reinterpret_cast<const uint4*>(buf)[i * 32 + lane];
-  __syncwarp();  // every lane holds its codes before any lane overwrites them
-#pragma unroll
-  for (int i = 0; i < CG::copies; ++i) {
-    const int x = i * 32 + lane, key = x / CG::chunks, cc = x % CG::chunks;
-    uint4 lo, hi;
-    skim::cuda::widen16_codes<T16, Code>(codes[i], lo, hi);
-    *reinterpret_cast<uint4*>(buf + 2 * sm80::swizzle<D>(key, 2 * cc)) = lo;
-    *reinterpret_cast<uint4*>(buf + 2 * sm80::swizzle<D>(key, 2 * cc + 1)) = hi;
+  [[nodiscard]] __device__ __forceinline__ static int swizzle(int key) noexcept { return D == 128 ? key % 8 : (key / 2) % 4; }
+  // Byte offset of chunk `chunk` of row `key`.
+  [[nodiscard]] __device__ __forceinline__ static int offset(int key, int chunk) noexcept {
+    return key * D + ((chunk ^ swizzle(key)) << 4);
   }
-}
+};
 
 // Q of a unit as 16-byte chunks (8 elements of a row; rows past the unit's are zero), chunk x =
 // j + k · threads in qv[k]: loaded before the kernel waits on anything else, stored swizzled later.
@@ -298,14 +293,14 @@ __global__ void __launch_bounds__(threads, 1)
     const std::int32_t id = ids_s[jb];
     const std::uint32_t k_st = kv_warp + static_cast<std::uint32_t>(st * 2 * tile_bytes);
     const std::uint32_t v_st = k_st + tile_bytes;
-    if constexpr (quantized) {  // codes, [tile_keys][D] bytes from each buffer's start (widen_tile's input)
+    if constexpr (quantized) {  // codes, swizzled [tile_keys][D] bytes from each buffer's start
       using CG = code_geometry<D>;
       const long long off = slot_offset(id, first, st);
 #pragma unroll
       for (int i = 0; i < CG::copies; ++i) {
         const int key = i * CG::keys_per_copy + lane / CG::chunks;
         const long long ko = __shfl_sync(0xffffffffu, off, key);
-        const std::uint32_t dst = static_cast<std::uint32_t>(key * D + c * 16);
+        const std::uint32_t dst = static_cast<std::uint32_t>(CG::offset(key, c));
         if (ko >= 0) {
           sm80::cp_async_16(k_st + dst, k_base + ko + c * 16);
           sm80::cp_async_16(v_st + dst, v_base + ko + c * 16);
@@ -352,13 +347,23 @@ __global__ void __launch_bounds__(threads, 1)
     }
   };
 
-  // Fragment lane addresses in buffer 0 (prefill_sm80's): K non-transposed (keys (lane % 8) +
-  // 8 (lane / 16), chunk parity (lane / 8) % 2), V transposed (keys (lane % 8) + 8 ((lane / 8) % 2),
-  // chunk parity lane / 16).
-  const std::uint32_t k_lane0 = sm80::lane_address<D>(kv_warp, (lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
-  const std::uint32_t v_lane0 = sm80::lane_address<D>(kv_warp + tile_bytes, (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
-  const int g = lane / 4;               // the thread's rows g, g + 8 of the M tile
-  const int quad_col = 2 * (lane % 4);  // its columns quad_col, quad_col + 1 of each n tile
+  // Fragment lane addresses in buffer 0 (the swizzle of prefill_sm80). K as the A operand of Sᵀ
+  // (keys (lane % 8) + 8 ((lane / 8) % 2), chunk parity lane / 16: a0..a3 = keys 0-7 / 8-15 ×
+  // dims 0-7 / 8-15 of a 16 × 16 step), V as the A operand of Oᵀ, transposed (keys (lane % 8) +
+  // 8 (lane / 16), chunk parity (lane / 8) % 2: a0..a3 = dims 0-7 / 8-15 × keys 0-7 / 8-15).
+  const std::uint32_t k_lane0 = sm80::lane_address<D>(kv_warp, (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+  const std::uint32_t v_lane0 = sm80::lane_address<D>(kv_warp + tile_bytes, (lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
+  // The same for codes (code_geometry's swizzle, 16 codes a chunk): K's keys (lane % 8) + 8 ((lane / 8)
+  // % 2), chunk lane / 16; V's keys (lane % 8) + 8 (lane / 16), chunk (lane / 8) % 2.
+  using CG = code_geometry<D>;
+  const int kc_key = (lane % 8) + 8 * ((lane / 8) % 2), vc_key = (lane % 8) + 8 * (lane / 16);
+  const std::uint32_t kc_lane0 = kv_warp + static_cast<std::uint32_t>(CG::offset(kc_key, lane / 16));
+  const std::uint32_t vc_lane0 = kv_warp + tile_bytes + static_cast<std::uint32_t>(CG::offset(vc_key, (lane / 8) % 2));
+  const int g = lane / 4;               // the thread's keys g, g + 8 of Sᵀ, dims g, g + 8 of Oᵀ
+  // Oᵀ's m tile dp: the thread's M rows g and g + 8 are dims out_dim(dp) and out_dim(dp) + 8 (+ 16
+  // over codes: see compute).
+  const auto out_dim = [&](int dp) { return quantized ? 32 * (dp / 2) + 2 * g + dp % 2 : 16 * dp + g; };
+  const int quad_col = 2 * (lane % 4);  // its rows quad_col, quad_col + 1 of each 8-row n tile
   const float scale_log2 = lp.scale_log2;
 
   float* const comb_o = reinterpret_cast<float*>(smem);  // aliases kv: used between barriers only
@@ -366,25 +371,59 @@ __global__ void __launch_bounds__(threads, 1)
   float* const comb_l = comb_m + warps * m_tile;
   float* const partial_s = comb_l + warps * m_tile;  // a pass's partial for the cluster merge (finish_pass)
 
-  for (std::int32_t pass = 0; pass < qr / m_tile; ++pass) {
-    const std::int32_t row0 = pass * m_tile;
-    std::uint32_t qf[D / 16][4];
-    {
-      const std::uint32_t qa =
-          sm80::lane_address<D>(sm80::smem_u32(q_s), row0 + (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
-      sm80::static_for<D / 16>([&](auto kk) { sm80::ldmatrix_x4(qf[kk], sm80::at_chunk<2 * kk>(qa)); });
-    }
-    std::int32_t vis[2];  // keys [0, vis) visible to the thread's rows; 0 for a padding row
+  // One pass over rows [row0, row0 + 8 NT) of the unit (NT n tiles of 8 rows; rows_here of them real).
+  const auto run_pass = [&](auto nt_c, std::int32_t row0, std::int32_t rows_here) {
+    constexpr int NT = decltype(nt_c)::value;
+    constexpr int MT = G::tile_keys / 16;  // 16-key m tiles of Sᵀ a tile (k steps of Oᵀ)
+    // Qᵀ as B fragments: qb[nt][kk] = {b0, b1} = rows 8 nt + g, dims 16 kk + quad_col (+1) and + 8.
+    // One ldmatrix.x4 gives two k steps: lane rows 8 nt + lane % 8, chunks 4j + lane / 8 (an odd
+    // lane chunk is fine: at_chunk then moves by multiples of 4, which never carry into it).
+    std::uint32_t qb[NT][D / 16][2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const std::int32_t row = row0 + g + 8 * r;
-      vis[r] = row < u.rows ? u.row.visible_keys(u.row.q_begin + row / u.heads, p.mask) : 0;
-    }
-    float acc[G::dn][4];
+    for (int nt = 0; nt < NT; ++nt) {
+      if constexpr (quantized) {
+        // K's codes come in with their dims permuted (see compute): k step kk's b0 is dims
+        // 16 kk + 4 (lane % 4) + {0, 1}, b1 the next two, of row 8 nt + g.
+        const int row = row0 + 8 * nt + g;
 #pragma unroll
-    for (int jn = 0; jn < G::dn; ++jn) acc[jn][0] = acc[jn][1] = acc[jn][2] = acc[jn][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY};  // running row max, base-2 units (equal on the quad)
-    float l[2] = {0.0f, 0.0f};            // this thread's share of the row sum (quad-reduced below)
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const uint2 b = *reinterpret_cast<const uint2*>(q_s + sm80::swizzle<D>(row, 2 * kk + (lane % 4) / 2) + 4 * (lane % 2));
+          qb[nt][kk][0] = b.x;
+          qb[nt][kk][1] = b.y;
+        }
+      } else {
+        const std::uint32_t qa = sm80::lane_address<D>(sm80::smem_u32(q_s), row0 + 8 * nt + lane % 8, lane / 8);
+        sm80::static_for<D / 32>([&](auto jj) {
+          std::uint32_t r[4];
+          sm80::ldmatrix_x4(r, sm80::at_chunk<4 * jj>(qa));
+          qb[nt][2 * jj][0] = r[0];
+          qb[nt][2 * jj][1] = r[1];
+          qb[nt][2 * jj + 1][0] = r[2];
+          qb[nt][2 * jj + 1][1] = r[3];
+        });
+      }
+    }
+    std::int32_t vis[NT][2];  // keys [0, vis) visible to the thread's rows; 0 for a padding row
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const std::int32_t row = row0 + 8 * nt + quad_col + r;
+        vis[nt][r] = row < u.rows ? u.row.visible_keys(u.row.q_begin + row / u.heads, p.mask) : 0;
+      }
+    }
+    float acc[G::dn / 2][NT][4];  // Oᵀ: dims out_dim(dp) (+ 8, or + 16 over codes) × the thread's rows
+#pragma unroll
+    for (int dp = 0; dp < G::dn / 2; ++dp) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[dp][nt][0] = acc[dp][nt][1] = acc[dp][nt][2] = acc[dp][nt][3] = 0.0f;
+    }
+    float m[NT][2], l[NT][2];  // running row max (base-2 units, equal over g) and this thread's share of the sum
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      m[nt][0] = m[nt][1] = -INFINITY;
+      l[nt][0] = l[nt][1] = 0.0f;
+    }
 
     // Online softmax of the tile in buffer st into (m, l, acc).
     const auto compute = [&](int st) {
@@ -401,84 +440,150 @@ __global__ void __launch_bounds__(threads, 1)
           ++compute_tile.jb;
         }
       }
-      float s[G::sn][4];
+      // Sᵀ = K · Qᵀ, the dims in two interleaved halves (even and odd k steps) so that no chain
+      // of dependent mma is longer than D / 32.
+      float s[MT][NT][4], s_odd[MT][NT][4];
 #pragma unroll
-      for (int jn = 0; jn < G::sn; ++jn) s[jn][0] = s[jn][1] = s[jn][2] = s[jn][3] = 0.0f;
-      sm80::static_for<D / 16>([&](auto kk) {
+      for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int np = 0; np < G::sn / 2; ++np) {
-          // Keys 16np + [0, 16), dims 16kk + [0, 16): b0/b1 of n tiles 2np and 2np + 1.
-          std::uint32_t kf[4];
-          sm80::ldmatrix_x4(kf, sm80::at_chunk<2 * kk>(k_lane0) + so + static_cast<std::uint32_t>(np * 16 * D * 2));
-          sm80::mma_16816<T>(s[2 * np], qf[kk], kf[0], kf[1]);
-          sm80::mma_16816<T>(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = s_odd[mt][nt][e] = 0.0f;
         }
-      });
+      }
+      if constexpr (quantized) {
+        // One ldmatrix.x4 over the codes as 16-bit pairs gives two k steps (chunks 2 jj, 2 jj + 1)
+        // of the m tile: a lane's 32 bits are codes 4 (lane % 4) + [0, 4) of a key, widened into
+        // a0 (or a1) and a2 (or a3). So logical dims (2c, 2c + 1) of a step are its dims
+        // (4c, 4c + 1), and (2c + 8, 2c + 9) its dims (4c + 2, 4c + 3): Q's B fragments match.
+        sm80::static_for<D / 32>([&](auto jj) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            std::uint32_t r[4];  // keys 0-7 / 8-15 of chunk 2 jj, then of chunk 2 jj + 1
+            sm80::ldmatrix_x4(r, sm80::at_chunk<2 * jj>(kc_lane0) + so + static_cast<std::uint32_t>(mt * 16 * D));
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const std::uint32_t kf[4] = {skim::cuda::widen2<T, Code>(r[2 * h]), skim::cuda::widen2<T, Code>(r[2 * h + 1]),
+                                           skim::cuda::widen2<T, Code>(r[2 * h] >> 16),
+                                           skim::cuda::widen2<T, Code>(r[2 * h + 1] >> 16)};
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) {
+                sm80::mma_16816<T>(h == 0 ? s[mt][nt] : s_odd[mt][nt], kf, qb[nt][2 * jj + h][0], qb[nt][2 * jj + h][1]);
+              }
+            }
+          }
+        });
+      } else {
+        sm80::static_for<D / 16>([&](auto kk) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            std::uint32_t kf[4];  // keys 16 mt + [0, 16), dims 16 kk + [0, 16)
+            sm80::ldmatrix_x4(kf, sm80::at_chunk<2 * kk>(k_lane0) + so + static_cast<std::uint32_t>(mt * 16 * D * 2));
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              sm80::mma_16816<T>(kk % 2 == 0 ? s[mt][nt] : s_odd[mt][nt], kf, qb[nt][kk][0], qb[nt][kk][1]);
+            }
+          }
+        });
+      }
 
       // Scale into base 2 first, then mask (a negative scale must not turn -inf into +inf). A slot
-      // with nothing loaded has token no_key, above every limit.
-      const std::int32_t* tok = tok_warp + st * max_tile_keys + quad_col;
+      // with nothing loaded has token no_key, above every limit. Element e is key g + 8 (e / 2),
+      // row quad_col + e % 2.
+      const std::int32_t* tok = tok_warp + st * max_tile_keys + g;
 #pragma unroll
-      for (int jn = 0; jn < G::sn; ++jn) {
-        const int2 t = *reinterpret_cast<const int2*>(tok + 8 * jn);
+      for (int mt = 0; mt < MT; ++mt) {
+        const std::int32_t key[2] = {tok[16 * mt], tok[16 * mt + 8]};
 #pragma unroll
-        for (int e2 = 0; e2 < 4; ++e2) {
-          const std::int32_t key = (e2 & 1) ? t.y : t.x;
-          s[jn][e2] = key < vis[e2 / 2] ? s[jn][e2] * s_scale : -INFINITY;
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float x = s[mt][nt][e] + s_odd[mt][nt][e];
+            s[mt][nt][e] = key[e / 2] < vis[nt][e % 2] ? x * s_scale : -INFINITY;
+          }
         }
       }
 
-      // Row r's elements are e = 2r, 2r + 1 of each n tile.
-      float m_use[2], alpha[2];
+      float m_use[NT][2], alpha[NT][2];
       bool moved = false;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = m[r];
+      for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-        for (int jn = 0; jn < G::sn; ++jn) mx = fmaxf(mx, fmaxf(s[jn][2 * r], s[jn][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // -inf - -inf: a row with no visible key so far subtracts 0 instead (every p is 0). An
-        // unchanged max (the common case, and a padding row's -inf) needs no rescale.
-        m_use[r] = mx == -INFINITY ? 0.0f : mx;
-        const bool changed = mx != m[r];
-        alpha[r] = changed ? sm80::exp2_approx(m[r] - m_use[r]) : 1.0f;
-        moved = moved || changed;
-        m[r] = mx;
-        l[r] *= alpha[r];
+        for (int r = 0; r < 2; ++r) {
+          float mx = m[nt][r];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) mx = fmaxf(mx, fmaxf(s[mt][nt][r], s[mt][nt][2 + r]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+          // -inf - -inf: a row with no visible key so far subtracts 0 instead (every p is 0). An
+          // unchanged max (the common case, and a padding row's -inf) needs no rescale.
+          m_use[nt][r] = mx == -INFINITY ? 0.0f : mx;
+          const bool changed = mx != m[nt][r];
+          alpha[nt][r] = changed ? sm80::exp2_approx(m[nt][r] - m_use[nt][r]) : 1.0f;
+          moved = moved || changed;
+          m[nt][r] = mx;
+          l[nt][r] *= alpha[nt][r];
+        }
       }
       if (__any_sync(0xffffffffu, moved)) {  // multiplying by 1 elsewhere changes no bit
 #pragma unroll
-        for (int jn = 0; jn < G::dn; ++jn) {
-          acc[jn][0] *= alpha[0];
-          acc[jn][1] *= alpha[0];
-          acc[jn][2] *= alpha[1];
-          acc[jn][3] *= alpha[1];
-        }
-      }
+        for (int dp = 0; dp < G::dn / 2; ++dp) {
 #pragma unroll
-      for (int jn = 0; jn < G::sn; ++jn) {
-#pragma unroll
-        for (int e2 = 0; e2 < 4; ++e2) {
-          s[jn][e2] = sm80::exp2_approx(s[jn][e2] - m_use[e2 / 2]);
-          l[e2 / 2] += s[jn][e2];
+          for (int nt = 0; nt < NT; ++nt) {
+            acc[dp][nt][0] *= alpha[nt][0];
+            acc[dp][nt][1] *= alpha[nt][1];
+            acc[dp][nt][2] *= alpha[nt][0];
+            acc[dp][nt][3] *= alpha[nt][1];
+          }
         }
       }
 
-      // P·V: the S fragments of n tiles 2kk, 2kk + 1 are the A fragment of k step kk.
+      // Pᵀ as the B operand of Oᵀ = Vᵀ · Pᵀ: the thread holds (key g, rows quad_col, +1), the B
+      // fragment wants (keys quad_col, +1, row g): each 8 × 8 half is transposed by movmatrix.
 #pragma unroll
-      for (int kk = 0; kk < G::pk; ++kk) {
-        const auto pw = [&](int jn, int e2) { return quantized ? s[jn][e2] * p_scale : s[jn][e2]; };
-        const std::uint32_t pa[4] = {sm80::pack2<T>(pw(2 * kk, 0), pw(2 * kk, 1)), sm80::pack2<T>(pw(2 * kk, 2), pw(2 * kk, 3)),
-                                     sm80::pack2<T>(pw(2 * kk + 1, 0), pw(2 * kk + 1, 1)),
-                                     sm80::pack2<T>(pw(2 * kk + 1, 2), pw(2 * kk + 1, 3))};
-        sm80::static_for<D / 16>([&](auto dp) {
-          // Keys 16kk + [0, 16), dims 16dp + [0, 16), transposed: b0/b1 of O n tiles 2dp, 2dp + 1.
-          std::uint32_t vf[4];
-          sm80::ldmatrix_x4_trans(vf, sm80::at_chunk<2 * dp>(v_lane0) + so + static_cast<std::uint32_t>(kk * 16 * D * 2));
-          sm80::mma_16816<T>(acc[2 * dp], pa, vf[0], vf[1]);
-          sm80::mma_16816<T>(acc[2 * dp + 1], pa, vf[2], vf[3]);
-        });
+      for (int mt = 0; mt < MT; ++mt) {
+        std::uint32_t pb[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[mt][nt][e] = sm80::exp2_approx(s[mt][nt][e] - m_use[nt][e % 2]);
+            l[nt][e % 2] += s[mt][nt][e];
+          }
+          const auto pw = [&](int e) { return quantized ? s[mt][nt][e] * p_scale : s[mt][nt][e]; };
+          pb[nt][0] = skim::cuda::ptx::movmatrix_trans(sm80::pack2<T>(pw(0), pw(1)));
+          pb[nt][1] = skim::cuda::ptx::movmatrix_trans(sm80::pack2<T>(pw(2), pw(3)));
+        }
+        if constexpr (quantized) {
+          // ldmatrix.x4.trans over the codes as 16-bit pairs (keys 0-7 / 8-15 × chunks 2j, 2j + 1):
+          // a lane's 32 bits are dims (2g, 2g + 1) of keys (2c, 2c + 1), c = lane % 4; a byte
+          // permute pairs the keys per dim, widened into the A fragments of two mma: acc[2j] over
+          // dims 32 j + 2g (+ 16), acc[2j + 1] over the next dims (out_dim below).
+          sm80::static_for<D / 32>([&](auto jj) {
+            std::uint32_t r[4];
+            sm80::ldmatrix_x4_trans(r, sm80::at_chunk<2 * jj>(vc_lane0) + so + static_cast<std::uint32_t>(mt * 16 * D));
+            std::uint32_t va[2][4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const std::uint32_t x = __byte_perm(r[i], 0u, 0x3120u);  // (k0 d0, k1 d0, k0 d1, k1 d1)
+              va[0][i] = skim::cuda::widen2<T, Code>(x);
+              va[1][i] = skim::cuda::widen2<T, Code>(x >> 16);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              sm80::mma_16816<T>(acc[2 * jj][nt], va[0], pb[nt][0], pb[nt][1]);
+              sm80::mma_16816<T>(acc[2 * jj + 1][nt], va[1], pb[nt][0], pb[nt][1]);
+            }
+          });
+        } else {
+          sm80::static_for<D / 16>([&](auto dp) {
+            std::uint32_t vf[4];  // dims 16 dp + [0, 16) × keys 16 mt + [0, 16)
+            sm80::ldmatrix_x4_trans(vf, sm80::at_chunk<2 * dp>(v_lane0) + so + static_cast<std::uint32_t>(mt * 16 * D * 2));
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) sm80::mma_16816<T>(acc[dp][nt], vf, pb[nt][0], pb[nt][1]);
+          });
+        }
       }
     };
 
@@ -499,36 +604,37 @@ __global__ void __launch_bounds__(threads, 1)
       sm80::cp_async_commit();
       sm80::cp_async_wait<stages - 1>();
       __syncwarp();
-      if constexpr (quantized) {  // codes → 16-bit tile, in place
-        unsigned char* const buf = smem + (warp * stages + k % stages) * 2 * tile_bytes;
-        widen_tile<D, T, Code>(buf, lane);
-        widen_tile<D, T, Code>(buf + tile_bytes, lane);
-        __syncwarp();
-      }
       compute(static_cast<int>(k % stages));
     }
     sm80::cp_async_wait<0>();
 
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        l[nt][r] += __shfl_xor_sync(0xffffffffu, l[nt][r], 4);
+        l[nt][r] += __shfl_xor_sync(0xffffffffu, l[nt][r], 8);
+        l[nt][r] += __shfl_xor_sync(0xffffffffu, l[nt][r], 16);
+      }
     }
     __syncthreads();  // every warp is done with its K/V buffers: comb may overwrite them
-    // The pass's real rows only (GQA 4 fills 4 of the 16): write_rows reads no other.
-    const std::int32_t rows_here = u.rows - row0 < m_tile ? u.rows - row0 : m_tile;
+    // The pass's real rows only (GQA 4 fills 4 of the 8): write_rows reads no other.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (g + 8 * r >= rows_here) continue;
-      const int slot = warp * m_tile + g + 8 * r;
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-      for (int jn = 0; jn < G::dn; ++jn) {
-        *reinterpret_cast<float2*>(comb_o + slot * comb_stride<D> + 8 * jn + quad_col) =
-            make_float2(acc[jn][2 * r], acc[jn][2 * r + 1]);
-      }
-      if (lane % 4 == 0) {
-        comb_m[slot] = m[r];
-        comb_l[slot] = l[r];
+      for (int r = 0; r < 2; ++r) {
+        const int rel = 8 * nt + quad_col + r;
+        if (rel >= rows_here) continue;
+        float* const o = comb_o + (warp * m_tile + rel) * comb_stride<D>;
+#pragma unroll
+        for (int dp = 0; dp < G::dn / 2; ++dp) {
+          o[out_dim(dp)] = acc[dp][nt][r];
+          o[out_dim(dp) + (quantized ? 16 : 8)] = acc[dp][nt][2 + r];
+        }
+        if (g == 0) {
+          comb_m[warp * m_tile + rel] = m[nt][r];
+          comb_l[warp * m_tile + rel] = l[nt][r];
+        }
       }
     }
     __syncthreads();
@@ -536,6 +642,15 @@ __global__ void __launch_bounds__(threads, 1)
         .o = comb_o, .m = comb_m, .l = comb_l, .slices = warps, .rows = m_tile, .o_stride = comb_stride<D>};
     finish_pass<InCluster, D>(a, lp, u, split, nsplit, st, row0, rows_here, partial_s);
     __syncthreads();  // comb is read before the next pass refills the K/V buffers
+  };
+
+  for (std::int32_t row0 = 0; row0 < qr; row0 += m_tile) {
+    const std::int32_t rows_here = u.rows - row0 < m_tile ? u.rows - row0 : m_tile;
+    if (rows_here > 8) {  // CTA-uniform
+      run_pass(std::integral_constant<int, 2>{}, row0, rows_here);
+    } else {
+      run_pass(std::integral_constant<int, 1>{}, row0, rows_here);
+    }
   }
 
   if (page_bits != 0) skim::cuda::report(p, page_bits);

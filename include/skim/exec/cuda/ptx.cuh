@@ -1,6 +1,6 @@
 #pragma once
 // PTX wrappers the CUDA kernels share (prefill_sm80.cuh, decode_simt.cuh, decode_mma.cuh):
-// cp.async copies, ldmatrix, mma.sync m16n8k16, ex2.approx, 16-bit packing, and a compile-time
+// cp.async copies, ldmatrix, movmatrix, mma.sync m16n8k16, ex2.approx, 16-bit packing, and a compile-time
 // unrolled loop. sm_80 and later.
 
 #include <cuda_bf16.h>
@@ -48,6 +48,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::ui
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
                : "memory");
+}
+
+// The 8 x 8 16-bit matrix held one 32-bit pair per lane (lane l: row l / 4, columns 2 (l % 4) and
+// + 1, the lower column in the low half), transposed, in the same layout. sm_75 and later.
+[[nodiscard]] __device__ __forceinline__ std::uint32_t movmatrix_trans(std::uint32_t x) noexcept {
+  std::uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
 // c += a · b on one 16x8x16 tile, fp32 accumulation.
