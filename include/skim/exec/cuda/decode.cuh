@@ -117,9 +117,10 @@ struct decode {
   // in a cluster or by the merge kernel, and at 64 units or more splitting rows only adds time
   // (docs/performance.md, "GPU sparse decode vs FlexAttention").
   static constexpr std::int32_t auto_target_ctas = 64;
-  // For quantised K/V (8-bit codes): the tensor-core kernel widens each tile, so it is bound by
-  // instruction issue rather than memory and gains from twice the CTAs (B = 8, 16 blocks on the H200:
-  // 20.9 µs at 128 CTAs against 32.4 at 64).
+  // For quantised K/V (8-bit codes): twice the CTAs. Chosen when the tensor-core kernel widened each
+  // tile through shared memory (B = 8, 16 blocks on the H200: 20.9 µs at 128 CTAs against 32.4 at
+  // 64); with codes widened in registers it still wins on the H100 (16 blocks 19.7 against 22.6 µs,
+  // 64 blocks 53.0 against 71.2).
   static constexpr std::int32_t auto_target_ctas_quantized = 128;
   static constexpr std::int32_t auto_min_keys = 256;
 
