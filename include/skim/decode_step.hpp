@@ -206,7 +206,7 @@ class decode_step {
   }
   [[nodiscard]] std::span<float> records(std::int32_t seq, const problem& p) noexcept {
     return records_.span().subspan(static_cast<std::size_t>(seq) * static_cast<std::size_t>(record_floats_),
-                                              static_cast<std::size_t>(pipe_.summary_floats(p)));
+                                   static_cast<std::size_t>(pipe_.summary_floats(p)));
   }
   [[nodiscard]] index::mutable_block_table table(std::int32_t seq) noexcept {
     const auto rows = static_cast<std::size_t>(rows_);

@@ -157,7 +157,8 @@ template <class T16, class Code>
 }
 
 // Sixteen codes (one 16-byte chunk) to sixteen values of T16, exactly (widen2), as two 16-byte
-// chunks of 8 (the tensor-core kernels' tiles).
+// chunks of 8 (the 16-bit tiles of prefill's mma.sync kernel; decode's tensor-core kernel widens
+// codes in its fragments with widen2).
 template <class T16, class Code>
 __device__ __forceinline__ void widen16_codes(const uint4& w, uint4& lo, uint4& hi) noexcept {
   const std::uint32_t in[4] = {w.x, w.y, w.z, w.w};

@@ -186,6 +186,7 @@ __global__ void __launch_bounds__(threads, 1)
   __trap();  // never launched: decode::run picks the CUDA-core kernel below sm_80
 #else
   using G = geometry<D>;
+  using CG = code_geometry<D>;  // a tile of codes (quantised K/V)
   const device_problem& p = a.prob;
   extern __shared__ __align__(16) unsigned char skim_decode_mma_smem[];
   unsigned char* const smem =
@@ -247,7 +248,7 @@ __global__ void __launch_bounds__(threads, 1)
   const tile_cursor stride{warps / tiles_per_block, warps % tiles_per_block};
   tile_cursor next_tile = start;
   tile_cursor compute_tile = start;  // the tile compute() reads (its block's scales)
-  const int c = lane % (quantized ? code_geometry<D>::chunks : G::chunks);
+  const int c = lane % (quantized ? CG::chunks : G::chunks);
   // Element offset of this lane's 16-byte chunk in its row of copy step 0, and the rows between
   // copy steps (contiguous K/V: a tile's keys are consecutive tokens of one block).
   const std::int64_t lane_off = static_cast<std::int64_t>(lane / G::chunks) * src.token_stride + c * sm80::chunk_elems;
@@ -294,7 +295,6 @@ __global__ void __launch_bounds__(threads, 1)
     const std::uint32_t k_st = kv_warp + static_cast<std::uint32_t>(st * 2 * tile_bytes);
     const std::uint32_t v_st = k_st + tile_bytes;
     if constexpr (quantized) {  // codes, swizzled [tile_keys][D] bytes from each buffer's start
-      using CG = code_geometry<D>;
       const long long off = slot_offset(id, first, st);
 #pragma unroll
       for (int i = 0; i < CG::copies; ++i) {
@@ -355,7 +355,6 @@ __global__ void __launch_bounds__(threads, 1)
   const std::uint32_t v_lane0 = sm80::lane_address<D>(kv_warp + tile_bytes, (lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
   // The same for codes (code_geometry's swizzle, 16 codes a chunk): K's keys (lane % 8) + 8 ((lane / 8)
   // % 2), chunk lane / 16; V's keys (lane % 8) + 8 (lane / 16), chunk (lane / 8) % 2.
-  using CG = code_geometry<D>;
   const int kc_key = (lane % 8) + 8 * ((lane / 8) % 2), vc_key = (lane % 8) + 8 * (lane / 16);
   const std::uint32_t kc_lane0 = kv_warp + static_cast<std::uint32_t>(CG::offset(kc_key, lane / 16));
   const std::uint32_t vc_lane0 = kv_warp + tile_bytes + static_cast<std::uint32_t>(CG::offset(vc_key, (lane / 8) % 2));
