@@ -3,9 +3,9 @@
 //
 // The CUDA counterpart of skim::decode_step (decode_step.hpp): it plans once what a routed step needs
 // between tokens — the block summaries (Summaries: device_multi_centroid<2>, skim::defaults'
-// summarizer, by default; or device_max_bound<TS>), the selection table, the router's scores and the
-// decode workspace — inside device memory the engine gives it, and runs the step as two or three
-// launches on the engine's stream:
+// summarizer, by default; or device_max_bound<TS>, TS float, K's 16-bit type, or over a quantised
+// cache its codes' type), the selection table, the router's scores and the decode workspace — inside
+// device memory the engine gives it, and runs the step as two or three launches on the engine's stream:
 //
 //   skim::cuda::decode_step<skim::bfloat16> step;
 //   std::byte* memory;  // cudaMalloc(&memory, step.device_bytes(config)), once
@@ -64,7 +64,9 @@ struct storage<device_max_bound<TS>> {
     const auto n = static_cast<std::size_t>(p.batch) * p.max_kv_blocks() * p.heads_kv * p.head_dim;
     TS* lo = arena.take<TS>(n).data();
     TS* hi = arena.take<TS>(n).data();
-    return {.lo = lo, .hi = hi, .max_kv_blocks = p.max_kv_blocks()};
+    device_max_bound<TS> s{.lo = lo, .hi = hi, .max_kv_blocks = p.max_kv_blocks()};
+    if constexpr (device_max_bound<TS>::codes) s.scale = arena.take<float>(static_cast<std::size_t>(s.scales(p))).data();
+    return s;
   }
 };
 template <std::int32_t M, std::int32_t L>

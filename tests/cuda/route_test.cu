@@ -143,12 +143,22 @@ template <std::int32_t M, std::int32_t L>
 struct host_summarizer<sc::device_multi_centroid<M, L>> {
   using type = summarize::multi_centroid<M, L>;
 };
+// The element of a device summary's records.
+template <class S>
+struct summary_element {
+  using type = typename S::value_type;
+};
+template <std::int32_t M, std::int32_t L>
+struct summary_element<sc::device_multi_centroid<M, L>> {
+  using type = float;
+};
 using centroids = sc::device_multi_centroid<2>;  // skim::defaults::summarizer's device records
 static_assert(std::is_same_v<host_summarizer<centroids>::type, defaults::summarizer>);
 
 // c's inputs on the device, with room for its full lengths, and the routing outputs. The kv lengths
 // can be cut to a prefix of each sequence (set_lengths): a growing cache under fixed host bounds.
-// Summaries S: device_max_bound<TS> (lo, hi) or device_multi_centroid (records, TS = float).
+// Summaries S: device_max_bound<TS> (lo, hi; codes also a scale per record) or device_multi_centroid
+// (records, TS = float).
 template <class TQ, class TKV, class TS, class S = sc::device_max_bound<TS>>
 struct device_decode {
   static constexpr bool multi_centroid = sc::is_device_multi_centroid_v<S>;
@@ -161,6 +171,7 @@ struct device_decode {
   std::int32_t max_q = 0, max_kv = 0, capacity = 0, width = 0;
   std::int64_t rows = 0;
   buffer<TS> lo, hi;
+  buffer<float> scales;  // code summaries
   buffer<float> records;
   buffer<std::byte> workspace;
   buffer<std::int32_t> ids, count;
@@ -183,6 +194,7 @@ struct device_decode {
       const auto elements = static_cast<std::size_t>(p.batch) * capacity * p.heads_kv * p.head_dim;
       lo = buffer<TS>(elements);
       hi = buffer<TS>(elements);
+      if constexpr (sc::is_device_code_v<TS>) scales = buffer<float>(elements / static_cast<std::size_t>(p.head_dim));
     }
     workspace = buffer<std::byte>(router.workspace_bytes(p));
     width = router.width(p);
@@ -213,7 +225,7 @@ struct device_decode {
     if constexpr (multi_centroid) {
       return {records.data(), capacity};
     } else {
-      return {lo.data(), hi.data(), capacity};
+      return {lo.data(), hi.data(), capacity, scales.data()};
     }
   }
   [[nodiscard]] sc::decode_route_args<TQ, TS, S> args() const {
@@ -259,10 +271,10 @@ struct device_decode {
   }
 };
 
-#define SKIM_REQUIRE_OK(expr)                            \
-  do {                                                   \
-    const ::skim::status skim_st_ = (expr);              \
-    REQUIRE_MESSAGE(skim_st_.ok(), skim_st_.message());  \
+#define SKIM_REQUIRE_OK(expr)                                         \
+  do {                                                                \
+    const ::skim::status skim_st_ = (expr);                           \
+    REQUIRE_MESSAGE(skim_st_.ok(), std::string(skim_st_.message()));  \
   } while (0)
 
 // The device summaries against the host's min and max of every block of the prefix `lens`, bit for
@@ -305,6 +317,56 @@ void expect_summaries(const device_decode<TQ, TKV, TS>& dd, const std::vector<st
     }
   }
   CHECK_MESSAGE(bad == 0, bad, " summary elements differ; first: ", first);
+}
+
+// Code summaries against the host's min and max of the dequantised keys of every block of the prefix
+// `lens` (dd.c.k): each end dequantised with the record's scale, fp32(scale · code), equals the float
+// summary's element bit for bit; records past a sequence's blocks still hold the poison.
+template <class TQ, class TKV, class TS>
+  requires sc::is_device_code_v<TS>
+void expect_summaries(const device_decode<TQ, TKV, TS>& dd, const std::vector<std::int32_t>& lens) {
+  const case_spec& s = dd.c.spec;
+  const std::vector<TS> lo = dd.lo.download(), hi = dd.hi.download();
+  const std::vector<float> scale = dd.scales.download();
+  std::int64_t bad = 0;
+  std::string first;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    for (std::int32_t j = 0; j < dd.capacity; ++j) {
+      for (std::int32_t h = 0; h < s.heads_kv; ++h) {
+        const std::size_t rec = (b * dd.capacity + j) * s.heads_kv + h;
+        const bool written = j < blocks_of(lens[b], s.block_kv);
+        for (std::int32_t d = 0; d < s.head_dim; ++d) {
+          const std::size_t at = rec * static_cast<std::size_t>(s.head_dim) + d;
+          const auto bits = [](TS x) { std::uint8_t u; std::memcpy(&u, &x, 1); return std::uint32_t{u}; };
+          bool ok = true;
+          std::string got = std::to_string(bits(lo[at])) + "/" + std::to_string(bits(hi[at]));
+          std::string want = "poison";
+          if (written) {
+            float mn = inf, mx = -inf;
+            const std::int32_t end = std::min((j + 1) * s.block_kv, lens[b]);
+            for (std::int32_t t = j * s.block_kv; t < end; ++t) {
+              const std::size_t key = ((dd.c.cu_kv[b] + t) * s.heads_kv + h) * static_cast<std::size_t>(s.head_dim) + d;
+              const float x = dd.c.k[key];
+              mn = x < mn ? x : mn;
+              mx = x > mx ? x : mx;
+            }
+            float l = scale[rec] * skim::test::code_value(lo[at]), u = scale[rec] * skim::test::code_value(hi[at]);
+            if (scale[rec] < 0.0f) std::swap(l, u);
+            ok = bits_of(l) == bits_of(mn) && bits_of(u) == bits_of(mx);
+            got += " as " + std::to_string(l) + "/" + std::to_string(u);
+            want = std::to_string(mn) + "/" + std::to_string(mx);
+          } else {
+            ok = bits(lo[at]) == 0xff && bits(hi[at]) == 0xff;
+          }
+          if (!ok && bad++ == 0) {
+            first = "seq " + std::to_string(b) + " block " + std::to_string(j) + " head " + std::to_string(h) +
+                    " dim " + std::to_string(d) + ": codes " + got + ", expected " + want;
+          }
+        }
+      }
+    }
+  }
+  CHECK_MESSAGE(bad == 0, bad, " code summary elements differ; first: ", first);
 }
 
 // The device's multi_centroid records against summarize::build of the prefix `lens` on the CPU, bit for
@@ -604,21 +666,78 @@ void check_summaries(const case_spec& s, std::mt19937& rng) {
   CHECK(once.error_bits() == 0);
 }
 
+// decode_step<..., S> keeps code summaries in the memory it plans (a scale per record beside the codes):
+// its prefill() over kv writes the records build() wrote into dd, for every block of the lengths `lens`.
+template <class S, class TQ, class TKV, class TS, class KV>
+void expect_step_summaries(const device_decode<TQ, TKV, TS>& dd, const KV& kv, const std::vector<std::int32_t>& lens) {
+  using step_t = sc::decode_step<bfloat16, bfloat16, S>;
+  sc::device_problem p = dd.prob();
+  p.block_q = 1;  // a decode step's problem, one selection per kv head (the summaries depend on neither)
+  p.max_seqlen_q = 1;
+  p.scope = index_scope::kv_head;
+  if (!sc::decode{}.can_implement(p).ok()) return;  // head dims decode does not take (the caller draws some it does)
+  const sc::decode_step_config config{.prob = p, .top_k = 2};
+  step_t step;
+  buffer<std::byte> memory(step_t::device_bytes(config));
+  SKIM_REQUIRE_OK(step.plan(config, memory.bytes(memory.size())));
+  SKIM_REQUIRE_OK(step.prefill(kv, nullptr));
+  SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  const S got = step.summaries();
+  const auto records = static_cast<std::size_t>(got.scales(p));
+  std::vector<TS> lo(records * p.head_dim), hi(lo.size());
+  std::vector<float> scale(records);
+  SKIM_CUDA_REQUIRE(cudaMemcpy(lo.data(), got.lo, lo.size() * sizeof(TS), cudaMemcpyDeviceToHost));
+  SKIM_CUDA_REQUIRE(cudaMemcpy(hi.data(), got.hi, hi.size() * sizeof(TS), cudaMemcpyDeviceToHost));
+  SKIM_CUDA_REQUIRE(cudaMemcpy(scale.data(), got.scale, records * sizeof(float), cudaMemcpyDeviceToHost));
+  const std::vector<TS> want_lo = dd.lo.download(), want_hi = dd.hi.download();
+  const std::vector<float> want_scale = dd.scales.download();
+  std::int64_t bad = 0;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    for (std::int32_t j = 0; j < blocks_of(lens[b], p.block_kv); ++j) {
+      for (std::int32_t h = 0; h < p.heads_kv; ++h) {
+        const std::size_t r = (b * got.max_kv_blocks + j) * p.heads_kv + h, w = (b * dd.capacity + j) * p.heads_kv + h;
+        bad += bits_of(scale[r]) != bits_of(want_scale[w]);
+        bad += std::memcmp(lo.data() + r * p.head_dim, want_lo.data() + w * p.head_dim, p.head_dim) != 0;
+        bad += std::memcmp(hi.data() + r * p.head_dim, want_hi.data() + w * p.head_dim, p.head_dim) != 0;
+      }
+    }
+  }
+  CHECK_MESSAGE(bad == 0, bad, " records of decode_step's summaries differ from build()'s");
+}
+
 // Summaries of a quantised cache (core/cuda/quantized.cuh): built from 8-bit codes and their scales
 // (per block or per head), they equal the CPU's over the dequantised keys, bit for bit, for max_bound
-// <float> and multi_centroid<2>. A paged cache then grows key by key, each step appended alone or
-// fused into the router's score kernel; the route after a fused step is the CPU pipeline's over the
-// dequantised keys. dd holds the dequantised keys (the expectations read them); the device summaries
-// are written only from the codes.
+// <float> and multi_centroid<2>; max_bound<Code> (codes and a scale per record) holds the same values
+// once dequantised. A paged cache then grows key by key, each step appended alone or fused into the
+// router's score kernel; the route after a fused step is the CPU pipeline's over the dequantised keys.
+// dd holds the dequantised keys (the expectations read them); the device summaries are written only
+// from the codes. With negative_scales, some of K's scales are negative (code summaries swap ends).
 template <class Code, class S>
-void check_quantized_summaries(const case_spec& s, std::mt19937& rng) {
-  using TS = float;  // quantised keys are summarised in float
+void check_quantized_summaries(const case_spec& s, std::mt19937& rng, bool negative_scales = false) {
+  using TS = typename summary_element<S>::type;
   const bool per_block = skim::test::chance(rng, 0.6);
-  INFO(s.describe(), per_block ? " | scales per block" : " | scales per head");
+  INFO(s.describe(), std::string(per_block ? " | scales per block" : " | scales per head"),
+       std::string(negative_scales ? " | some scales < 0" : ""));  // strings: a bare const char* prints as a pointer
   const random_case<float, float> shape(s, rng);
   const std::vector<std::int32_t> full = kv_lengths(s);
   const std::int32_t capacity = blocks_of(*std::max_element(full.begin(), full.end()), s.block_kv) + 1;
-  const skim::test::quantized_host<Code> qh(shape, rng, per_block, capacity);
+  skim::test::quantized_host<Code> qh(shape, rng, per_block, capacity);
+  if (negative_scales) {  // fp32(-x · v) is -fp32(x · v): flip every third scale and the keys it scales
+    const auto flipped = [](std::int64_t si) { return si % 3 == 0; };
+    for (std::size_t b = 0; b < full.size(); ++b) {
+      for (std::int32_t t = 0; t < full[b]; ++t) {
+        for (std::int32_t h = 0; h < s.heads_kv; ++h) {
+          const std::int64_t si = static_cast<std::int64_t>(b) * qh.seq_stride + (t / s.block_kv) * qh.block_stride + h * qh.head_stride;
+          if (!flipped(si)) continue;
+          const std::size_t row = ((shape.cu_kv[b] + t) * s.heads_kv + h) * static_cast<std::size_t>(s.head_dim);
+          for (std::int32_t d = 0; d < s.head_dim; ++d) qh.kf[row + d] = -qh.kf[row + d];
+        }
+      }
+    }
+    for (std::size_t si = 0; si < qh.k_scales.size(); ++si) {
+      if (flipped(static_cast<std::int64_t>(si))) qh.k_scales[si] = -qh.k_scales[si];
+    }
+  }
   random_case<float, float> c = shape;  // the dequantised keys, for the expectations
   c.k = qh.kf;
   const sc::decode_router router = random_router(rng);
@@ -641,6 +760,7 @@ void check_quantized_summaries(const case_spec& s, std::mt19937& rng) {
   SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
   expect_summaries(dd, full);
   CHECK(dd.error_bits() == 0);
+  if constexpr (sc::is_device_code_v<TS>) expect_step_summaries<S>(dd, contiguous, full);
 
   std::vector<std::int32_t> lens = full;
   std::int32_t steps = 0;
@@ -652,6 +772,7 @@ void check_quantized_summaries(const case_spec& s, std::mt19937& rng) {
   dd.set_lengths(lens);
   dd.lo.poison();  // the blocks past the prefix are written again by the appends only
   dd.hi.poison();
+  dd.scales.poison();
   dd.records.poison();
   SKIM_REQUIRE_OK(sc::build(dd.prob(), paged, dd.summaries(), nullptr));
   for (std::int32_t step = 0; step < steps; ++step) {
@@ -1207,5 +1328,16 @@ TEST_CASE("route quantized K: summaries of int8 and fp8 codes equal the CPU's ov
     const case_spec cs = centroid_spec(rng, 10, 3, 200'000);
     check_quantized_summaries<std::int8_t, centroids>(cs, rng);
     check_quantized_summaries<skim::fp8_e4m3, centroids>(cs, rng);
+  });
+}
+
+TEST_CASE("route quantized K: summaries in the codes' type bound the dequantised keys and route alike") {
+  seeded(8, [&](std::mt19937& rng, int i) {
+    case_spec s = decode_spec(rng, 8, 3, 200'000);
+    s.block_kv = skim::test::pick(rng, {1, 3, 16, 32});
+    if (i % 2 == 0) s.head_dim = skim::test::pick(rng, {64, 128});  // decode_step's head dims, 16-byte loads
+    const bool negative_scales = i % 4 >= 2;
+    check_quantized_summaries<std::int8_t, sc::device_max_bound<std::int8_t>>(s, rng, negative_scales);
+    check_quantized_summaries<skim::fp8_e4m3, sc::device_max_bound<skim::fp8_e4m3>>(s, rng, negative_scales);
   });
 }

@@ -7,7 +7,8 @@
 // heads go to shared memory in fp32 once; each thread reads its block's record straight into
 // registers and scores up to 8 heads a pass, so the record is read once per pass:
 //  - max_bound records (min, max): 64 bytes of each a step, the next step in flight while this one
-//    is summed, so the loads of a warp cover whole 32-byte sectors;
+//    is summed, so the loads of a warp cover whole 32-byte sectors; records of codes are scaled as
+//    they are read (their scale: one float a record);
 //  - multi_centroid records (M sums, M sizes): the best over the non-empty clusters of
 //    (q . sum) / size, as summarize::multi_centroid::score.
 // Writes scores [batch, index_heads, max_kv_blocks] (-inf past the visible blocks) to the workspace.
@@ -56,11 +57,14 @@ struct score_params {
   return hp;
 }
 
-// One 16-byte word of a record as floats.
+// One 16-byte word of a record as floats (codes: their own values, before the scale).
 template <class TS>
 __device__ __forceinline__ void unpack(const uint4& w, float (&f)[16 / sizeof(TS)]) noexcept {
   if constexpr (std::is_same_v<TS, float>) {
     f[0] = __uint_as_float(w.x), f[1] = __uint_as_float(w.y), f[2] = __uint_as_float(w.z), f[3] = __uint_as_float(w.w);
+  } else if constexpr (is_device_code_v<TS>) {
+    widen8_codes<TS>(make_uint2(w.x, w.y), f);
+    widen8_codes<TS>(make_uint2(w.z, w.w), f + 8);
   } else {
     const std::uint32_t u[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
@@ -69,6 +73,17 @@ __device__ __forceinline__ void unpack(const uint4& w, float (&f)[16 / sizeof(TS
       f[2 * i] = x.x;
       f[2 * i + 1] = x.y;
     }
+  }
+}
+
+// A record element's bounds as the float summary of the dequantised keys holds them: code summaries'
+// fp32(scale · code) of each end (max_bound.cuh: the same values; a negative scale's swap of the ends
+// is the caller's, once a record); other summaries as they are.
+template <class TS>
+__device__ __forceinline__ void dequantize(float& lo, float& hi, float scale) noexcept {
+  if constexpr (is_device_code_v<TS>) {
+    lo = __fmul_rn(scale, lo);
+    hi = __fmul_rn(scale, hi);
   }
 }
 
@@ -82,10 +97,11 @@ __device__ __forceinline__ void unpack(const uint4& w, float (&f)[16 / sizeof(TS
 // and of max, the next step's loads issued before this step is summed, so each thread keeps two
 // steps (256 bytes) in flight; queries come from shared memory (sq: [padded heads][head_dim] fp32,
 // the same address for every lane: broadcast). Dims past the last whole step, or every dim without
-// vector loads, are read one element at a time.
+// vector loads, are read one element at a time. scale: the record's, for code summaries (lo and hi
+// already swapped where it is negative).
 template <int HP, class TS>
-__device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, const float* sq, int head_dim, int h0,
-                                            bool vector_loads, float (&acc)[HP]) noexcept {
+__device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, float scale, const float* sq, int head_dim,
+                                            int h0, bool vector_loads, float (&acc)[HP]) noexcept {
   constexpr int per = 16 / static_cast<int>(sizeof(TS));  // elements per 16-byte word
   constexpr int step = record_vecs * per;                  // dims per step
 #pragma unroll
@@ -114,6 +130,8 @@ __device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, const fl
         unpack<TS>(cl[v], fl);
         unpack<TS>(ch[v], fh);
 #pragma unroll
+        for (int e = 0; e < per; ++e) dequantize<TS>(fl[e], fh[e], scale);
+#pragma unroll
         for (int e = 0; e < per; e += 4) {
           const int d = d0 + v * per + e;
 #pragma unroll
@@ -131,7 +149,8 @@ __device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, const fl
     }
   }
   for (; d0 < head_dim; ++d0) {
-    const float l = skim::cuda::to_float(lo[d0]), h = skim::cuda::to_float(hi[d0]);
+    float l = skim::cuda::to_float(lo[d0]), h = skim::cuda::to_float(hi[d0]);
+    dequantize<TS>(l, h, scale);
 #pragma unroll
     for (int i = 0; i < HP; ++i) acc[i] = bound_step(acc[i], q0[i * head_dim + d0], l, h);
   }
@@ -171,7 +190,18 @@ __device__ __forceinline__ void score_heads(const device_multi_centroid<M, L>& s
 template <int HP, class TS>
 __device__ __forceinline__ void score_heads(const device_max_bound<TS>& s, std::int64_t rec, const float* sq,
                                             int head_dim, int h0, bool vector_loads, float (&acc)[HP]) noexcept {
-  score_heads<HP>(s.lo + rec, s.hi + rec, sq, head_dim, h0, vector_loads, acc);
+  const TS* lo = s.lo + rec;
+  const TS* hi = s.hi + rec;
+  float scale = 1.0f;
+  if constexpr (device_max_bound<TS>::codes) {
+    scale = s.scale[rec / head_dim];
+    if (scale < 0.0f) {  // the greatest code's product is then the least
+      const TS* t = lo;
+      lo = hi;
+      hi = t;
+    }
+  }
+  score_heads<HP>(lo, hi, scale, sq, head_dim, h0, vector_loads, acc);
 }
 
 // Whether a record holds no key (it scores -inf for every head).

@@ -13,11 +13,21 @@
 // its pointers while the sequences grow):
 //
 //   lo, hi: [batch, max_kv_blocks, heads_kv, head_dim]   block j of sequence b at row b * max_kv_blocks + j
+//   scale:  [batch, max_kv_blocks, heads_kv]             codes only: element record(b, j, h) / head_dim
 //
-// K may be a quantised source (core/cuda/quantized.cuh): its keys are read as fp32(scale · code),
-// into float summaries. The element TS is float, or K's own 16-bit type: the min and max of bf16 (fp16) keys are bf16
-// (fp16) values, so 16-bit summaries are exact and halve what routing reads (the router's main
-// cost: 2 * head_dim elements per block and kv head for every decode step).
+// The element TS is float, or K's own type:
+//  - 16-bit K (bf16, fp16): the min and max of 16-bit keys are 16-bit values, so 16-bit summaries are
+//    exact and halve what routing reads (the router's main cost: 2 * head_dim elements per block and
+//    kv head for every decode step);
+//  - quantised K (core/cuda/quantized.cuh: 8-bit codes and a scale per block and kv head): float
+//    summaries hold fp32(scale · code); summaries in the codes' own type (std::int8_t, fp8_e4m3)
+//    hold the codes of least and greatest value and, in `scale`, the record's scale, a quarter of
+//    float's bytes. Both bound the same values bit for bit: for scale >= 0 the least product is the
+//    product of the least code (rounding to fp32 is monotone), and a negative scale swaps the two, so
+//    the score kernel's fp32(scale · code) of the right end is the float summary's element. NaN codes
+//    (e4m3 0x7f, 0xff) are skipped by float summaries; in code summaries a dimension whose keys are
+//    all NaN keeps a NaN code (its blocks score NaN, pooled as -inf), and otherwise NaN codes are
+//    skipped alike.
 //
 // No allocation, no synchronisation: both launch one kernel on the caller's stream and can be
 // captured in a CUDA graph. Device content is never trusted (core/cuda/common.cuh): a sequence longer than
@@ -35,12 +45,15 @@ namespace skim::cuda {
 
 template <class TS>
 struct device_max_bound {
-  static_assert(std::is_same_v<TS, float> || is_device_element_v<TS>, "summaries are float, half or bfloat16");
+  static_assert(std::is_same_v<TS, float> || is_device_element_v<TS> || is_device_code_v<TS>,
+                "summaries are float, half, bfloat16 or 8-bit codes (std::int8_t, fp8_e4m3)");
   using value_type = TS;
+  static constexpr bool codes = is_device_code_v<TS>;
 
   TS* lo = nullptr;                // [batch, max_kv_blocks, heads_kv, head_dim] per-dimension minimum
   TS* hi = nullptr;                // [batch, max_kv_blocks, heads_kv, head_dim] per-dimension maximum
   std::int32_t max_kv_blocks = 0;  // room per sequence, >= device_problem::max_kv_blocks()
+  float* scale = nullptr;          // codes only: [batch, max_kv_blocks, heads_kv] K's scale of each record
 
   // First element of record (sequence b, block j, kv head h) in lo and hi.
   [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t record(const device_problem& p, std::int32_t b,
@@ -50,6 +63,10 @@ struct device_max_bound {
   // Elements lo (and hi) must hold.
   [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t elements(const device_problem& p) const noexcept {
     return static_cast<std::int64_t>(p.batch) * max_kv_blocks * p.heads_kv * p.head_dim;
+  }
+  // Floats scale must hold (codes; 0 otherwise).
+  [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t scales(const device_problem& p) const noexcept {
+    return codes ? static_cast<std::int64_t>(p.batch) * max_kv_blocks * p.heads_kv : 0;
   }
 };
 
@@ -64,6 +81,9 @@ template <class TS>
   }
   if (s.elements(p) > 0 && (s.lo == nullptr || s.hi == nullptr)) {
     return status::error(status_code::invalid_argument, "max_bound summaries lo/hi are null");
+  }
+  if (s.scales(p) > 0 && s.scale == nullptr) {
+    return status::error(status_code::invalid_argument, "max_bound summaries of codes: scale is null");
   }
   return status::success();
 }
@@ -106,6 +126,49 @@ template <class Source>
   return k;
 }
 
+// One dimension's bounds while a block's keys are folded in, key by key, as summarize::max_bound's
+// append folds them (a NaN never replaces a bound). Float and 16-bit summaries compare the keys'
+// values and start from the infinities; code summaries compare the codes' own values, keep the codes,
+// and start from the block's first code (codes have no infinity): a NaN bound there gives way to the
+// next code, so NaN codes are skipped unless all of a dimension's are NaN.
+template <class TS>
+struct running_bounds {
+  float lo = pos_inf, hi = neg_inf;  // the values compared
+  TS lo_code{}, hi_code{};           // code summaries: the codes of lo and hi
+  bool seeded = !is_device_code_v<TS>;
+
+  template <class K>
+  __device__ __forceinline__ void fold(const K& k, std::int32_t d) noexcept {
+    if constexpr (is_device_code_v<TS>) {
+      const TS c = k.row[d];
+      const float x = skim::cuda::to_float(c);
+      if (!seeded || x < lo || isnan(lo)) lo = x, lo_code = c;
+      if (!seeded || x > hi || isnan(hi)) hi = x, hi_code = c;
+      seeded = true;
+    } else {
+      const float x = k(d);
+      lo = x < lo ? x : lo;
+      hi = x > hi ? x : hi;
+    }
+  }
+  // The bounds record element `at` holds.
+  __device__ __forceinline__ void load(const device_max_bound<TS>& s, std::int64_t at) noexcept {
+    if constexpr (is_device_code_v<TS>) lo_code = s.lo[at], hi_code = s.hi[at];
+    lo = skim::cuda::to_float(s.lo[at]);
+    hi = skim::cuda::to_float(s.hi[at]);
+    seeded = true;
+  }
+  __device__ __forceinline__ void store(const device_max_bound<TS>& s, std::int64_t at) const noexcept {
+    if constexpr (is_device_code_v<TS>) {
+      s.lo[at] = lo_code;
+      s.hi[at] = hi_code;
+    } else {
+      s.lo[at] = from_float_device<TS>(lo);  // exact: a key's value or an infinity
+      s.hi[at] = from_float_device<TS>(hi);
+    }
+  }
+};
+
 // Keys of sequence b (kv_offset, kv_len); ok is false, and bad_seqlen reported, past the bound.
 [[nodiscard]] __device__ __forceinline__ device_row key_range(const device_problem& p, std::int32_t b) noexcept {
   device_row r;
@@ -129,20 +192,20 @@ __global__ void __launch_bounds__(threads)
   if (first >= r.kv_len) return;  // past the sequence: left for append_newest to start
   const std::int32_t last = min(first + p.block_kv, r.kv_len);
   const std::int64_t rec = s.record(p, b, j, h);
+  if constexpr (device_max_bound<TS>::codes) {
+    if (threadIdx.x == 0) s.scale[rec / p.head_dim] = key_row(p, kv, r, b, first, h).scale;  // the block's
+  }
   for (std::int32_t d = static_cast<std::int32_t>(threadIdx.x); d < p.head_dim; d += threads) {
-    float lo = pos_inf, hi = neg_inf;  // summarize::max_bound::init, then its append, key by key
+    running_bounds<TS> x;  // summarize::max_bound::init, then its append, key by key
     for (std::int32_t t = first; t < last; ++t) {
       const auto k = key_row(p, kv, r, b, t, h);
       if (k.row == nullptr) {
         report(p, bad_page);
         continue;
       }
-      const float x = k(d);
-      lo = x < lo ? x : lo;
-      hi = x > hi ? x : hi;
+      x.fold(k, d);
     }
-    s.lo[rec + d] = from_float_device<TS>(lo);  // exact: a key's value or an infinity
-    s.hi[rec + d] = from_float_device<TS>(hi);
+    x.store(s, rec + d);
   }
 }
 
@@ -161,12 +224,14 @@ __device__ __forceinline__ void append_key(const device_problem& p, const KV& kv
   }
   const bool fresh = t % p.block_kv == 0;  // slot 0: the block's record starts from this key
   const std::int64_t rec = s.record(p, b, t / p.block_kv, h);
+  if constexpr (device_max_bound<TS>::codes) {
+    if (thread == 0) s.scale[rec / p.head_dim] = k.scale;
+  }
   for (std::int32_t d = thread; d < p.head_dim; d += nthreads) {
-    const float x = k(d);
-    const float lo = fresh ? pos_inf : skim::cuda::to_float(s.lo[rec + d]);
-    const float hi = fresh ? neg_inf : skim::cuda::to_float(s.hi[rec + d]);
-    s.lo[rec + d] = from_float_device<TS>(x < lo ? x : lo);
-    s.hi[rec + d] = from_float_device<TS>(x > hi ? x : hi);
+    running_bounds<TS> x;
+    if (!fresh) x.load(s, rec + d);
+    x.fold(k, d);
+    x.store(s, rec + d);
   }
 }
 
@@ -184,7 +249,9 @@ __global__ void __launch_bounds__(threads)
 template <class TS, class KV>
 [[nodiscard]] status check_summarize(const device_problem& p, const KV& kv, const device_max_bound<TS>& s) noexcept {
   static_assert(std::is_same_v<TS, float> || std::is_same_v<TS, typename KV::value_type>,
-                "16-bit summaries need keys of the same type (then min/max are exact); quantised keys need float");
+                "16-bit summaries need keys of the same type (then min/max are exact), code summaries codes of "
+                "the same type");
+  static_assert(!is_device_code_v<TS> || is_device_quantized_kv_v<KV>, "code summaries need a quantised source");
   SKIM_TRY(validate(p));
   SKIM_TRY(validate(kv, p));
   SKIM_TRY(validate(s, p));
