@@ -15,8 +15,10 @@
 //           --layout hnd|nhd (K/V head-major [heads_kv, tokens, dim], as the PyTorch peers hold them,
 //           or token-major [tokens, heads_kv, dim]; printed as "layout")
 //           --sets 4 (index sets rotated between timed runs) --reps 50 --index-out FILE
-//   decode, prefill: --kv same|fp8|int8 (K/V in Q's type, or 8-bit codes with a scale per block and
-//           kv head; printed as "kv"; decode's rate counts the codes' bytes and the scales')
+//   decode, prefill, step: --kv same|fp8|int8 (K/V in Q's type, or 8-bit codes with a scale per block
+//           and kv head; printed as "kv"; decode's rate counts the codes' bytes and the scales')
+//   step: --summaries kv|float (max_bound records in K's own type, 16-bit or codes, the default; or
+//           float; printed as "summaries")
 //   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
 //           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C (printed as
 //           "chunk_blocks": the executor's choice when 0) --cluster-merge 0|1 (decode::merge_in_cluster)
@@ -86,7 +88,8 @@ struct options {
   std::string dtype = "bf16";
   std::string layout = "hnd";  // K/V: hnd (head-major) or nhd (token-major)
   std::string kernel = "auto";  // decode's split kernel: simt (CUDA cores), mma (tensor cores), auto
-  std::string kv = "same";      // decode: K/V in Q's type, or quantised codes (fp8, int8)
+  std::string kv = "same";      // decode, prefill, step: K/V in Q's type, or quantised codes (fp8, int8)
+  std::string summaries = "kv";  // step: max_bound records in K's type (16-bit or codes), or float
   std::string index_out;
   std::string pages;  // --pages P1,P2,...: one run per page size (as --page), in one process
 };
@@ -122,6 +125,7 @@ options parse(int argc, char** argv) {
     else if (k == "--kernel") o.kernel = v;
     else if (k == "--layout") o.layout = v;
     else if (k == "--kv") o.kv = v;
+    else if (k == "--summaries") o.summaries = v;
     else if (k == "--fuse-append") o.fuse_append = std::atoi(v);
     else if (k == "--cluster-merge") o.cluster_merge = std::atoi(v);
     else if (k == "--share") o.share = std::atoi(v);
@@ -578,16 +582,23 @@ int run_prefill(const options& o) {
 // (16 blocks of bk per kv head by default), and attend over them. K/V of the new token are taken as
 // already written (the engine's cache write); replaying an append of the same token is idempotent.
 // Paged: K/V (read by the summaries' build, the append and decode) through decode_batch::paged.
-template <class T, bool Paged = false>
+// Code != T: 8-bit codes with a scale per (block, kv head) (--kv fp8|int8). TS: the summaries' element
+// (K's own type, exact for min/max, or float).
+template <class T, class Code = T, class TS = Code, bool Paged = false>
 int run_step(const options& o) {
   const int kv_blocks = (o.n + o.bk - 1) / o.bk;
   const decode_batch<T> d(o);
   const skim::cuda::device_problem& p = d.prob;
-  const auto kv = d.template source<Paged>(o);
+  const decode_kv<T, Code> codes(o, d);
+  const auto kv = [&] {
+    if constexpr (std::is_same_v<T, Code>) return d.template source<Paged>(o);
+    else return codes.source(o, d);
+  }();
   using kv_t = std::remove_const_t<decltype(kv)>;
-  // Summaries in K's own type (exact for min/max).
-  device_array<T> lo(std::size_t(o.batch) * kv_blocks * o.heads_kv * o.dim), hi(lo.n);
-  const skim::cuda::device_max_bound<T> sums{.lo = lo.p, .hi = hi.p, .max_kv_blocks = kv_blocks};
+  const std::size_t records = std::size_t(o.batch) * kv_blocks * o.heads_kv;
+  device_array<TS> lo(records * o.dim), hi(lo.n);
+  device_array<float> scale(skim::cuda::is_device_code_v<TS> ? records : 0);
+  const skim::cuda::device_max_bound<TS> sums{.lo = lo.p, .hi = hi.p, .max_kv_blocks = kv_blocks, .scale = scale.p};
   if (const skim::status s = skim::cuda::build(p, kv, sums, nullptr); !s.ok()) return refuse(o, s.message());
 
   skim::cuda::decode_router router;
@@ -615,7 +626,7 @@ int run_step(const options& o) {
                  .kv = kv,
                  .index = table,
                  .o = d.o_view(o)};
-  const skim::cuda::decode_route_args<T, T> ra{.prob = p, .q = a.q, .summaries = sums, .index = table};
+  const skim::cuda::decode_route_args<T, TS> ra{.prob = p, .q = a.q, .summaries = sums, .index = table};
   using shared_t = skim::cuda::device_head_shared<skim::cuda::device_block_table>;
   const skim::cuda::device_attention_args<T, kv_t, shared_t, T> as{
       .prob = p, .q = a.q, .kv = kv, .index = shared_t{table, p.index_heads()}, .o = a.o};
@@ -713,10 +724,13 @@ int run_step(const options& o) {
   std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
               "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"graph_ms\": %.5f, "
               "\"graph_route_ms\": %.5f, \"graph_score_ms\": %.5f, \"kernel\": \"%s\", "
-              "\"layout\": \"%s\", \"fuse_append\": %d, \"chunk_blocks\": %d, \"cluster_merge\": %d, \"share\": %d, \"fuse_select\": %d, %s}\n",
+              "\"layout\": \"%s\", \"fuse_append\": %d, \"chunk_blocks\": %d, \"cluster_merge\": %d, \"share\": %d, \"fuse_select\": %d, "
+              "\"kv\": \"%s\", \"summaries\": \"%s\", %s}\n",
               o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend),
-              g_step, g_route, g_score, o.kernel.c_str(), o.layout.c_str(), o.fuse_append, exec.chunk(p, width),
-              o.cluster_merge, o.share, fuse_select ? 1 : 0, shape_fields(o).c_str());
+              g_step, g_route, g_score, o.kernel.c_str(), o.layout.c_str(), o.fuse_append,
+              exec.chunk(p, width, skim::cuda::is_device_code_v<Code>), o.cluster_merge, o.share, fuse_select ? 1 : 0,
+              o.kv.c_str(), std::is_same_v<TS, float> ? "float" : o.kv == "same" ? o.dtype.c_str() : o.kv.c_str(),
+              shape_fields(o).c_str());
   for (auto& ev : e) cudaEventDestroy(ev);
   cudaGraphExecDestroy(graph_exec);
   cudaGraphDestroy(graph);
@@ -761,7 +775,10 @@ int run_one(const options& o) {
   }
   if (o.page > 0 && o.kv != "same") return refuse(o, "--page with --kv fp8|int8: quantised paged K/V not built in this runner");
   if (o.mode == "decode" && o.page > 0) return bf16 ? run_decode<skim::bfloat16, skim::bfloat16, true>(o) : run_decode<skim::half, skim::half, true>(o);
-  if (o.mode == "step" && o.page > 0) return bf16 ? run_step<skim::bfloat16, true>(o) : run_step<skim::half, true>(o);
+  if (o.mode == "step" && o.page > 0) {
+    return bf16 ? run_step<skim::bfloat16, skim::bfloat16, skim::bfloat16, true>(o)
+                : run_step<skim::half, skim::half, skim::half, true>(o);
+  }
   if (o.mode == "decode") {
     if (o.kv == "fp8") return bf16 ? run_decode<skim::bfloat16, skim::fp8_e4m3>(o) : run_decode<skim::half, skim::fp8_e4m3>(o);
     if (o.kv == "int8") return bf16 ? run_decode<skim::bfloat16, std::int8_t>(o) : run_decode<skim::half, std::int8_t>(o);
@@ -771,7 +788,27 @@ int run_one(const options& o) {
     }
     return bf16 ? run_decode<skim::bfloat16>(o) : run_decode<skim::half>(o);
   }
-  if (o.mode == "step") return bf16 ? run_step<skim::bfloat16>(o) : run_step<skim::half>(o);
+  if (o.mode == "step") {
+    if (o.summaries != "kv" && o.summaries != "float") {
+      std::fprintf(stderr, "--summaries %s: kv or float\n", o.summaries.c_str());
+      return 2;
+    }
+    const bool f = o.summaries == "float";
+    if (o.kv == "fp8") {
+      if (bf16) return f ? run_step<skim::bfloat16, skim::fp8_e4m3, float>(o) : run_step<skim::bfloat16, skim::fp8_e4m3>(o);
+      return f ? run_step<skim::half, skim::fp8_e4m3, float>(o) : run_step<skim::half, skim::fp8_e4m3>(o);
+    }
+    if (o.kv == "int8") {
+      if (bf16) return f ? run_step<skim::bfloat16, std::int8_t, float>(o) : run_step<skim::bfloat16, std::int8_t>(o);
+      return f ? run_step<skim::half, std::int8_t, float>(o) : run_step<skim::half, std::int8_t>(o);
+    }
+    if (o.kv != "same") {
+      std::fprintf(stderr, "--kv %s: same, fp8 or int8\n", o.kv.c_str());
+      return 2;
+    }
+    if (bf16) return f ? run_step<skim::bfloat16, skim::bfloat16, float>(o) : run_step<skim::bfloat16>(o);
+    return f ? run_step<skim::half, skim::half, float>(o) : run_step<skim::half>(o);
+  }
   std::fprintf(stderr, "unknown mode %s\n", o.mode.c_str());
   return 2;
 }
