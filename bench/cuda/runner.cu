@@ -17,8 +17,8 @@
 //           --sets 4 (index sets rotated between timed runs) --reps 50 --index-out FILE
 //   decode, prefill, step: --kv same|fp8|int8 (K/V in Q's type, or 8-bit codes with a scale per block
 //           and kv head; printed as "kv"; decode's rate counts the codes' bytes and the scales')
-//   step: --summaries kv|float (max_bound records in K's own type, 16-bit or codes, the default; or
-//           float; printed as "summaries")
+//   step: --summaries kv|float (max_bound records in K's own type, 16-bit or codes, the default; or,
+//           over codes, float; printed as "summaries"); codes under --dtype bf16, without --share
 //   decode, step: --kernel simt|mma|auto (decode's split kernel: CUDA cores, tensor cores, or the
 //           executor's choice; printed as "kernel" in the JSON line) --chunk-blocks C (printed as
 //           "chunk_blocks": the executor's choice when 0) --cluster-merge 0|1 (decode::merge_in_cluster)
@@ -586,6 +586,7 @@ int run_prefill(const options& o) {
 // (K's own type, exact for min/max, or float).
 template <class T, class Code = T, class TS = Code, bool Paged = false>
 int run_step(const options& o) {
+  if (!std::is_same_v<T, Code> && o.share) return refuse(o, "--share with --kv fp8|int8: not built in this runner");
   const int kv_blocks = (o.n + o.bk - 1) / o.bk;
   const decode_batch<T> d(o);
   const skim::cuda::device_problem& p = d.prob;
@@ -627,9 +628,6 @@ int run_step(const options& o) {
                  .index = table,
                  .o = d.o_view(o)};
   const skim::cuda::decode_route_args<T, TS> ra{.prob = p, .q = a.q, .summaries = sums, .index = table};
-  using shared_t = skim::cuda::device_head_shared<skim::cuda::device_block_table>;
-  const skim::cuda::device_attention_args<T, kv_t, shared_t, T> as{
-      .prob = p, .q = a.q, .kv = kv, .index = shared_t{table, p.index_heads()}, .o = a.o};
   // --fuse-select 1 (not with --share): the router only scores; decode selects each row where it
   // reads it (decode_router::routed) and writes the same table.
   const bool fuse_select = o.fuse_select != 0 && !o.share;
@@ -641,7 +639,12 @@ int run_step(const options& o) {
   const skim::cuda::device_attention_args<T, kv_t, skim::cuda::device_routed_table, T> ar{
       .prob = p, .q = a.q, .kv = kv, .index = routed, .o = a.o};
   const auto attend_status = [&](cudaStream_t st) {
-    if (o.share) return exec.run(as, std::span<std::byte>(ws.p, ws_bytes), st);
+    if constexpr (std::is_same_v<T, Code>) {  // shared selections: 16-bit K/V only (fewer kernels to build)
+      using shared_t = skim::cuda::device_head_shared<skim::cuda::device_block_table>;
+      const skim::cuda::device_attention_args<T, kv_t, shared_t, T> as{
+          .prob = p, .q = a.q, .kv = kv, .index = shared_t{table, p.index_heads()}, .o = a.o};
+      if (o.share) return exec.run(as, std::span<std::byte>(ws.p, ws_bytes), st);
+    }
     if (fuse_select) return exec.run(ar, std::span<std::byte>(ws.p, ws_bytes), st);
     return exec.run(a, std::span<std::byte>(ws.p, ws_bytes), st);
   };
@@ -793,21 +796,20 @@ int run_one(const options& o) {
       std::fprintf(stderr, "--summaries %s: kv or float\n", o.summaries.c_str());
       return 2;
     }
+    // Fewer variants than decode's (each builds its own decode kernels): codes under bf16 Q, float
+    // summaries over codes only.
     const bool f = o.summaries == "float";
-    if (o.kv == "fp8") {
-      if (bf16) return f ? run_step<skim::bfloat16, skim::fp8_e4m3, float>(o) : run_step<skim::bfloat16, skim::fp8_e4m3>(o);
-      return f ? run_step<skim::half, skim::fp8_e4m3, float>(o) : run_step<skim::half, skim::fp8_e4m3>(o);
-    }
-    if (o.kv == "int8") {
-      if (bf16) return f ? run_step<skim::bfloat16, std::int8_t, float>(o) : run_step<skim::bfloat16, std::int8_t>(o);
-      return f ? run_step<skim::half, std::int8_t, float>(o) : run_step<skim::half, std::int8_t>(o);
+    if (o.kv == "fp8" || o.kv == "int8") {
+      if (!bf16) return refuse(o, "step over --kv fp8|int8: --dtype bf16 only in this runner");
+      if (o.kv == "fp8") return f ? run_step<skim::bfloat16, skim::fp8_e4m3, float>(o) : run_step<skim::bfloat16, skim::fp8_e4m3>(o);
+      return f ? run_step<skim::bfloat16, std::int8_t, float>(o) : run_step<skim::bfloat16, std::int8_t>(o);
     }
     if (o.kv != "same") {
       std::fprintf(stderr, "--kv %s: same, fp8 or int8\n", o.kv.c_str());
       return 2;
     }
-    if (bf16) return f ? run_step<skim::bfloat16, skim::bfloat16, float>(o) : run_step<skim::bfloat16>(o);
-    return f ? run_step<skim::half, skim::half, float>(o) : run_step<skim::half>(o);
+    if (f) return refuse(o, "--summaries float: over --kv fp8|int8 only in this runner");
+    return bf16 ? run_step<skim::bfloat16>(o) : run_step<skim::half>(o);
   }
   std::fprintf(stderr, "unknown mode %s\n", o.mode.c_str());
   return 2;

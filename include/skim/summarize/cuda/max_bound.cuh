@@ -22,9 +22,10 @@
 //  - quantised K (core/cuda/quantized.cuh: 8-bit codes and a scale per block and kv head): float
 //    summaries hold fp32(scale · code); summaries in the codes' own type (std::int8_t, fp8_e4m3)
 //    hold the codes of least and greatest value and, in `scale`, the record's scale, a quarter of
-//    float's bytes. Both bound the same values bit for bit: for scale >= 0 the least product is the
-//    product of the least code (rounding to fp32 is monotone), and a negative scale swaps the two, so
-//    the score kernel's fp32(scale · code) of the right end is the float summary's element. NaN codes
+//    float's bytes. Both bound with the same values: for scale >= 0 the least product is the product
+//    of the least code (rounding to fp32 is monotone), and a negative scale swaps the two, so the
+//    score kernel's fp32(scale · code) of the right end is the float summary's element (bit for bit,
+//    but for the sign of a zero, which no score sees), and the scores are the same bits. NaN codes
 //    (e4m3 0x7f, 0xff) are skipped by float summaries; in code summaries a dimension whose keys are
 //    all NaN keeps a NaN code (its blocks score NaN, pooled as -inf), and otherwise NaN codes are
 //    skipped alike.
