@@ -59,6 +59,15 @@ inline skim::cuda::decode_kernel decode_kernel_of(const options& o) {
   return skim::cuda::decode_kernel::automatic;
 }
 
+// The decode executor the options ask for: split (--chunk-blocks), kernel, merge in a cluster.
+inline skim::cuda::decode decode_of(const options& o) {
+  skim::cuda::decode exec;
+  if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
+  exec.kernel = decode_kernel_of(o);
+  exec.merge_in_cluster = o.cluster_merge != 0;
+  return exec;
+}
+
 template <class T>
 struct device_array {
   T* p = nullptr;

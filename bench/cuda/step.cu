@@ -44,10 +44,7 @@ int step_of(const options& o) {
   const skim::cuda::mutable_device_block_table table{.ids = ids.p, .count = count.p, .width = width, .rows = rows};
   device_array<std::byte> route_ws(router.workspace_bytes(p));
 
-  skim::cuda::decode exec;
-  if (o.chunk_blocks > 0) exec.chunk_blocks = o.chunk_blocks;
-  exec.kernel = decode_kernel_of(o);
-  exec.merge_in_cluster = o.cluster_merge != 0;
+  const skim::cuda::decode exec = decode_of(o);
   if (const skim::status s = exec.can_implement(p); !s.ok()) return refuse(o, s.message());
   const std::size_t ws_bytes = exec.workspace_bytes(p, width);
   device_array<std::byte> ws(ws_bytes);
