@@ -1041,6 +1041,88 @@ TEST_CASE("route small select ranks special scores as the CPU does") {
   });
 }
 
+// select_row in CTAs of Threads threads, one row each (a sequence with one index head): the select
+// kernel runs it with 1024 threads, decode's split kernels with 256.
+template <int Threads>
+__global__ void select_rows_kernel(sc::device_problem p, const float* scores, const std::int32_t* visible,
+                                   sc::detail::route_impl::select_params sp, sc::mutable_device_block_table t) {
+  namespace impl = sc::detail::route_impl;
+  extern __shared__ std::uint32_t select_rows_keys[];
+  __shared__ impl::select_scratch scratch;
+  const int row = static_cast<int>(blockIdx.x);
+  const int count = impl::select_row<Threads, false>(p, scores, row, 0, impl::plan_row(visible[row], sp), sp,
+                                                     t.ids + row * t.width, t.width, select_rows_keys, scratch);
+  if (threadIdx.x == 0) t.count[row] = count;
+}
+
+// select_row at every CTA size against the CPU selector: rows up to 3000 candidates (several a thread
+// below 1024 threads), scores on a few levels (ties) or spread (few), with NaN, infinities and signed
+// zeros, every k from 0 to 20.
+TEST_CASE("route small select: select_row in CTAs of 32 to 1024 threads selects the CPU's ids") {
+  namespace impl = sc::detail::route_impl;
+  seeded(12, [&](std::mt19937& rng, int iteration) {
+    const int rows = 24;
+    std::vector<std::int32_t> visible(rows);
+    for (std::int32_t& v : visible) {
+      v = skim::test::pick(rng, {skim::test::uniform(rng, 1, 40), skim::test::uniform(rng, 100, 1100),
+                                 skim::test::uniform(rng, 1000, 3000), 1024, 1025, 1027, 129, 2});
+    }
+    std::vector<std::int32_t> lens(rows), cu_q(rows + 1);
+    for (int r = 0; r < rows; ++r) {
+      lens[r] = visible[r] * 16 - skim::test::uniform(rng, 0, 15);
+      cu_q[r + 1] = r + 1;
+    }
+    const std::vector<std::int32_t> cu_kv = cumulative(lens);
+    const problem p{.heads_q = 1, .heads_kv = 1, .head_dim = 8, .block_q = 16, .block_kv = 16,
+                    .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
+    const std::int32_t stride = p.max_kv_blocks();
+    const select::reserved<select::top_k> selector{.sink = skim::test::uniform(rng, 0, 3),
+                                                   .local = skim::test::uniform(rng, 0, 3),
+                                                   .dynamic = {.k = skim::test::uniform(rng, 0, 20)}};
+    INFO("sink ", selector.sink, " local ", selector.local, " (recency) k ", selector.dynamic.k);
+    const int levels = iteration % 2 == 0 ? skim::test::uniform(rng, 1, 6) : 1 << 20;
+    std::vector<float> scores(static_cast<std::size_t>(rows) * stride);
+    for (float& x : scores) {
+      const int kind = skim::test::uniform(rng, 0, 40);
+      x = kind == 0   ? std::numeric_limits<float>::quiet_NaN()
+          : kind == 1 ? -std::numeric_limits<float>::infinity()
+          : kind == 2 ? std::numeric_limits<float>::infinity()
+          : kind == 3 ? -0.0f
+          : kind == 4 ? 0.0f
+                      : static_cast<float>(skim::test::uniform(rng, -levels, levels)) / static_cast<float>(levels);
+    }
+    const std::int32_t width = select::max_count(selector, p);
+    std::vector<std::int32_t> cpu_ids(static_cast<std::size_t>(rows) * width), cpu_count(rows);
+    skim::test::aligned_workspace ws(select::workspace_bytes(selector, p));
+    SKIM_REQUIRE_OK(select::select_all(selector, p, {.scores = scores, .score_stride = stride},
+                                       index::mutable_block_table{cpu_ids, cpu_count, width}, ws.bytes));
+
+    buffer<float> d_scores(scores);
+    buffer<std::int32_t> d_visible(visible), ids(cpu_ids.size()), count(cpu_count.size());
+    const sc::device_problem dp{.batch = rows, .heads_q = 1, .heads_kv = 1, .head_dim = 8, .block_q = 16,
+                                .block_kv = 16, .max_seqlen_q = 1};
+    const impl::select_params sp{.k = selector.dynamic.k, .sink = selector.sink,
+                                 .newest = std::max(selector.local, selector.recency ? 1 : 0),  // recency: on
+                                 .stride = stride};
+    const sc::mutable_device_block_table t{.ids = ids.data(), .count = count.data(), .width = width, .rows = rows};
+    const std::size_t smem = sizeof(std::uint32_t) * static_cast<std::size_t>(stride);
+    const auto check = [&](auto kernel, int threads) {
+      INFO(threads, " threads");
+      SKIM_CUDA_REQUIRE(cudaMemset(ids.data(), 0x7f, ids.size() * sizeof(std::int32_t)));
+      SKIM_CUDA_REQUIRE(cudaMemset(count.data(), 0x7f, count.size() * sizeof(std::int32_t)));
+      kernel<<<rows, threads, smem>>>(dp, d_scores.data(), d_visible.data(), sp, t);
+      SKIM_CUDA_REQUIRE(cudaGetLastError());
+      SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+      CHECK(ids.download() == cpu_ids);
+      CHECK(count.download() == cpu_count);
+    };
+    check(select_rows_kernel<256>, 256);
+    check(select_rows_kernel<128>, 128);
+    check(select_rows_kernel<32>, 32);
+    check(select_rows_kernel<impl::select_threads>, impl::select_threads);
+  });
+}
+
 TEST_CASE("route small graph capture: append and route replayed while the sequences grow") {
   for (const int mode : {0, 1, 2, 3}) {  // paged or contiguous; append_newest + run, or run with the source
     const bool paged = mode % 2 == 0, fused = mode >= 2;
