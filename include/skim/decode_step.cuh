@@ -5,7 +5,9 @@
 // between tokens — the block summaries (Summaries: device_multi_centroid<2>, skim::defaults'
 // summarizer, by default; or device_max_bound<TS>, TS float, K's 16-bit type, or over a quantised
 // cache its codes' type), the selection table, the router's scores and the decode workspace — inside
-// device memory the engine gives it, and runs the step as two or three launches on the engine's stream:
+// device memory the engine gives it, and runs the step as two launches on the engine's stream (three
+// over multi_centroid summaries, whose append is a launch of its own): the score kernel, then decode,
+// whose CTAs select their own rows (decode_router::routed(): no select launch):
 //
 //   skim::cuda::decode_step<skim::bfloat16> step;
 //   std::byte* memory;  // cudaMalloc(&memory, step.device_bytes(config)), once
@@ -124,9 +126,13 @@ class decode_step {
     SKIM_TRY(check_planned());
     const decode_route_args<T, summary_value_type, Summaries> route{
         .prob = prob_, .q = q, .summaries = summaries_, .index = table_};
-    SKIM_TRY(router_.run(route, kv, route_ws_, stream));
-    const device_attention_args<T, KV, device_block_table, TO> attend{
-        .prob = prob_, .q = q, .kv = kv, .index = table_, .o = o, .lse = lse};
+    const std::span<float> scores{reinterpret_cast<float*>(route_ws_.data()),
+                                  static_cast<std::size_t>(decode_router::score_floats(prob_))};
+    SKIM_TRY(router_.score(route, kv, scores, stream));
+    device_routed_table routed;
+    SKIM_TRY(router_.routed(prob_, scores, table_, routed));
+    const device_attention_args<T, KV, device_routed_table, TO> attend{
+        .prob = prob_, .q = q, .kv = kv, .index = routed, .o = o, .lse = lse};
     return decode_.run(attend, decode_ws_, stream);
   }
 
