@@ -44,6 +44,19 @@ void seeded(int iterations, F&& f) {
   }
 }
 
+// A score for the selection tests: NaN, -inf, +inf, -0 or +0, each once in `kinds` draws on
+// average, else an integer in [-levels, levels] over `divisor` (few levels: many ties).
+float special_score(std::mt19937& rng, int kinds, int levels, float divisor) {
+  switch (skim::test::uniform(rng, 0, kinds - 1)) {
+    case 0: return std::numeric_limits<float>::quiet_NaN();
+    case 1: return -inf;
+    case 2: return inf;
+    case 3: return -0.0f;
+    case 4: return 0.0f;
+    default: return static_cast<float>(skim::test::uniform(rng, -levels, levels)) / divisor;
+  }
+}
+
 template <class T>
 std::uint32_t bits_of(T x) {
   if constexpr (std::is_same_v<T, float>) {
@@ -996,15 +1009,7 @@ TEST_CASE("route small select ranks special scores as the CPU does") {
     const std::int32_t heads = p.index_heads();
     const int levels = skim::test::uniform(rng, 1, 6);
     std::vector<float> device_scores(static_cast<std::size_t>(p.batch() * heads * stride));
-    for (float& x : device_scores) {
-      const int kind = skim::test::uniform(rng, 0, 24);
-      x = kind == 0   ? std::numeric_limits<float>::quiet_NaN()
-          : kind == 1 ? -inf
-          : kind == 2 ? inf
-          : kind == 3 ? -0.0f
-          : kind == 4 ? 0.0f
-                      : 0.5f * static_cast<float>(skim::test::uniform(rng, -levels, levels));
-    }
+    for (float& x : device_scores) x = special_score(rng, 25, levels, 2.0f);
     const std::int64_t rows = p.index_rows();
     std::vector<float> cpu_scores(static_cast<std::size_t>(rows * stride), -inf);
     for (std::int32_t b = 0; b < p.batch(); ++b) {
@@ -1082,15 +1087,7 @@ TEST_CASE("route small select: select_row in CTAs of 32 to 1024 threads selects 
     INFO("sink ", selector.sink, " local ", selector.local, " (recency) k ", selector.dynamic.k);
     const int levels = iteration % 2 == 0 ? skim::test::uniform(rng, 1, 6) : 1 << 20;
     std::vector<float> scores(static_cast<std::size_t>(rows) * stride);
-    for (float& x : scores) {
-      const int kind = skim::test::uniform(rng, 0, 40);
-      x = kind == 0   ? std::numeric_limits<float>::quiet_NaN()
-          : kind == 1 ? -std::numeric_limits<float>::infinity()
-          : kind == 2 ? std::numeric_limits<float>::infinity()
-          : kind == 3 ? -0.0f
-          : kind == 4 ? 0.0f
-                      : static_cast<float>(skim::test::uniform(rng, -levels, levels)) / static_cast<float>(levels);
-    }
+    for (float& x : scores) x = special_score(rng, 41, levels, static_cast<float>(levels));
     const std::int32_t width = select::max_count(selector, p);
     std::vector<std::int32_t> cpu_ids(static_cast<std::size_t>(rows) * width), cpu_count(rows);
     skim::test::aligned_workspace ws(select::workspace_bytes(selector, p));
