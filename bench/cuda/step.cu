@@ -43,6 +43,7 @@ int step_of(const options& o) {
   device_array<std::int32_t> ids{std::size_t(rows) * width}, count{std::size_t(rows)};
   const skim::cuda::mutable_device_block_table table{.ids = ids.p, .count = count.p, .width = width, .rows = rows};
   device_array<std::byte> route_ws(router.workspace_bytes(p));
+  const std::span<std::byte> route_span(route_ws.p, route_ws.n);
 
   const skim::cuda::decode exec = decode_of(o);
   if (const skim::status s = exec.can_implement(p); !s.ok()) return refuse(o, s.message());
@@ -58,7 +59,7 @@ int step_of(const options& o) {
   // --fuse-select 1 (not with --share): the router only scores; decode selects each row where it
   // reads it (decode_router::routed) and writes the same table.
   const bool fuse_select = o.fuse_select != 0 && !o.share;
-  const std::span<float> scores(reinterpret_cast<float*>(route_ws.p), std::size_t(router.score_floats(p)));
+  const std::span<float> scores = router.scores_in(route_span, p);
   skim::cuda::device_routed_table routed;
   if (fuse_select) {
     if (const skim::status s = router.routed(p, scores, table, routed); !s.ok()) return refuse(o, s.message());
@@ -78,7 +79,6 @@ int step_of(const options& o) {
 
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const std::span<std::byte> route_span(route_ws.p, route_ws.n);
   const auto append_status = [&](cudaStream_t st) {  // its own launch, or nothing: the router appends
     return o.fuse_append ? skim::status::success() : skim::cuda::append_newest(p, kv, sums, st);
   };

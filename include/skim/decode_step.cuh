@@ -126,8 +126,7 @@ class decode_step {
     SKIM_TRY(check_planned());
     const decode_route_args<T, summary_value_type, Summaries> route{
         .prob = prob_, .q = q, .summaries = summaries_, .index = table_};
-    const std::span<float> scores{reinterpret_cast<float*>(route_ws_.data()),
-                                  static_cast<std::size_t>(decode_router::score_floats(prob_))};
+    const std::span<float> scores = decode_router::scores_in(route_ws_, prob_);
     SKIM_TRY(router_.score(route, kv, scores, stream));
     device_routed_table routed;
     SKIM_TRY(router_.routed(prob_, scores, table_, routed));

@@ -224,7 +224,7 @@ TEST_CASE("docs small: docs/cuda.md's decode steps run (facade in a graph, parts
       REQUIRE(decode_ws.size() >= attend.workspace_bytes(prob, table.width));
       // snippet begin
       // Or two launches: the router only scores, and decode selects each row as it reads it.
-      const std::span<float> scores(reinterpret_cast<float*>(route_ws.data()), router.score_floats(prob));
+      const std::span<float> scores = router.scores_in(route_ws, prob);
       sc::device_routed_table routed;                             // the table, the scores, the selection
       SKIM_TRY(router.routed(prob, scores, table, routed));
       SKIM_TRY(router.score(route, kv, scores, stream));

@@ -565,7 +565,7 @@ void check_routed(const case_spec& s, const sc::decode_router& router, std::mt19
   device_decode<T, T, T> dd(c, router);
   SKIM_REQUIRE_OK(dd.build());
   const sc::device_problem p = dd.prob();
-  const std::span<float> scores(reinterpret_cast<float*>(dd.workspace.data()), dd.workspace.size() / sizeof(float));
+  const std::span<float> scores = sc::decode_router::scores_in(dd.workspace.bytes(dd.workspace.size()), p);
   SKIM_REQUIRE_OK(router.score(dd.args(), scores, nullptr));
   buffer<std::int32_t> ids(dd.ids.size()), count(dd.count.size());
   const sc::mutable_device_block_table selected{.ids = ids.data(), .count = count.data(), .width = dd.width,
@@ -1353,8 +1353,15 @@ TEST_CASE("route small routed table: bad input rejected on the host") {
   router.selector = {.sink = 1, .local = 2, .dynamic = {.k = 2}};
   device_decode<bfloat16, bfloat16, bfloat16> dd(c, router);
   const sc::device_problem p = dd.prob();
-  const std::span<float> scores(reinterpret_cast<float*>(dd.workspace.data()), dd.workspace.size() / sizeof(float));
+  const std::span<std::byte> ws = dd.workspace.bytes(dd.workspace.size());
+  const std::span<float> scores = router.scores_in(ws, p);
+  REQUIRE(scores.size() == static_cast<std::size_t>(router.score_floats(p)));
+  REQUIRE(static_cast<const void*>(scores.data()) == static_cast<const void*>(ws.data()));
   SKIM_REQUIRE_OK(dd.build());
+  // A workspace one float short gives a span one float short, which score() refuses.
+  const std::span<float> short_scores = router.scores_in(ws.first(ws.size() - sizeof(float)), p);
+  CHECK(short_scores.size() == scores.size() - 1);
+  CHECK(router.score(dd.args(), short_scores, nullptr).code() == status_code::shape_mismatch);
   SKIM_REQUIRE_OK(router.score(dd.args(), scores, nullptr));
 
   sc::device_routed_table rt;

@@ -98,6 +98,14 @@ struct decode_router {
   [[nodiscard]] std::size_t workspace_bytes(const device_problem& p) const noexcept {
     return static_cast<std::size_t>(score_floats(p)) * sizeof(float);
   }
+  // The scores inside a workspace of workspace_bytes(p): what score() writes and select() or
+  // routed() read when a caller runs the stages itself. A shorter workspace gives a shorter span,
+  // which score() and select() refuse (shape_mismatch).
+  [[nodiscard]] static std::span<float> scores_in(std::span<std::byte> workspace, const device_problem& p) noexcept {
+    const std::size_t fits = workspace.size() / sizeof(float);
+    const auto needed = static_cast<std::size_t>(score_floats(p));
+    return {reinterpret_cast<float*>(workspace.data()), needed < fits ? needed : fits};
+  }
 
   [[nodiscard]] status can_implement(const device_problem& p) const noexcept {
     SKIM_TRY(validate(p));
@@ -248,8 +256,7 @@ struct decode_router {
                            cudaStream_t stream) const noexcept {
     SKIM_TRY(can_implement(a.prob));
     SKIM_TRY(check_workspace(workspace, workspace_bytes(a.prob)));
-    const std::span<float> scores{reinterpret_cast<float*>(workspace.data()),
-                                  static_cast<std::size_t>(score_floats(a.prob))};
+    const std::span<float> scores = scores_in(workspace, a.prob);
     SKIM_TRY(score(a, kv, scores, stream));
     return select(a.prob, scores, a.index, stream);
   }
