@@ -164,20 +164,13 @@ struct device_index {
 // ---------------------------------------------------------------------------------------------
 // Running
 
-template <class TO>
-struct gpu_output {
-  std::vector<TO> o;
-  std::vector<float> lse;
-  std::uint32_t error = 0;
-};
-
 // Runs decode once into fresh NaN-poisoned O / lse buffers and a 0xff-filled workspace.
 // bound < 0: run(a, workspace, ...) (the index's own bound); else run(a, bound, workspace, ...).
 template <class TO, class T, class KV, class Index>
 // q: a view of dc.q's values laid out otherwise (null data: dc.q, token-major and dense).
-gpu_output<TO> run_decode(const decode& dec, tc::device_case<T, T>& dc, const sc::device_problem& p, const KV& kv,
-                          const Index& index, std::int32_t tokens_q, std::int32_t bound = -1,
-                          sc::device_view<const T> q = {}) {
+tc::gpu_output<TO> run_decode(const decode& dec, tc::device_case<T, T>& dc, const sc::device_problem& p, const KV& kv,
+                              const Index& index, std::int32_t tokens_q, std::int32_t bound = -1,
+                              sc::device_view<const T> q = {}) {
   const std::size_t n = static_cast<std::size_t>(std::max(tokens_q, 1)) * p.heads_q * p.head_dim;
   tc::buffer<TO> o(n);
   tc::buffer<float> lse(static_cast<std::size_t>(std::max(tokens_q, 1)) * p.heads_q);
@@ -194,13 +187,7 @@ gpu_output<TO> run_decode(const decode& dec, tc::device_case<T, T>& dc, const sc
   INFO("run: " << st.message());
   REQUIRE(st.ok());
   SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
-  gpu_output<TO> out;
-  out.o = o.download();
-  out.lse = lse.download();
-  out.o.resize(static_cast<std::size_t>(tokens_q) * p.heads_q * p.head_dim);
-  out.lse.resize(static_cast<std::size_t>(tokens_q) * p.heads_q);
-  out.error = dc.error_bits();
-  return out;
+  return tc::gpu_output<TO>::fetch(o, lse, static_cast<std::size_t>(tokens_q) * p.heads_q, p.head_dim, dc.error_bits());
 }
 
 // Relative L2 tolerance of o for output type TO, inputs T, split kernel k: the output's rounding, and
@@ -211,50 +198,6 @@ template <class TO, class T>
   if (k == decode_kernel::cuda_cores) return out;
   const double p = std::is_same_v<T, skim::bfloat16> ? 2e-2 : 5e-3;
   return out > p ? out : p;
-}
-
-// Per (token, head): an empty reference row (lse -inf) must be exactly o = 0, lse = -inf; otherwise
-// relative L2 error of o <= tol and |Δlse| <= 1e-3 · max(1, |lse|). NaN (an unwritten element) fails.
-template <class TO>
-void check_against(const case_spec& s, const gpu_output<TO>& g, const output<float>& ref, std::int32_t tokens_q,
-                   double tol) {
-  const std::int32_t d = s.head_dim;
-  const double floor = 0.05 * std::sqrt(static_cast<double>(d));
-  std::int64_t failures = 0, empty = 0;
-  double max_rel = 0.0, max_dlse = 0.0;
-  std::string first;
-  for (std::int32_t t = 0; t < tokens_q; ++t) {
-    for (std::int32_t h = 0; h < s.heads_q; ++h) {
-      const std::size_t row = static_cast<std::size_t>(t) * s.heads_q + h;
-      const float rl = ref.lse[row], gl = g.lse[row];
-      double err = 0.0, norm = 0.0;
-      bool zero = true;
-      for (std::int32_t e = 0; e < d; ++e) {
-        const double x = to_float(g.o[row * d + e]), y = ref.o[row * d + e];
-        err += (x - y) * (x - y);
-        norm += y * y;
-        zero = zero && x == 0.0;
-      }
-      std::string what;
-      if (rl == -INFINITY) {
-        ++empty;
-        if (!zero) what = "row with no visible key has non-zero (or NaN) o";
-        else if (!(gl == -INFINITY)) what = "row with no visible key has lse " + std::to_string(gl);
-      } else {
-        const double rel = std::sqrt(err) / std::max(std::sqrt(norm), floor);
-        const double dl = std::abs(static_cast<double>(gl) - rl);
-        max_rel = std::max(max_rel, std::isnan(rel) ? INFINITY : rel);
-        max_dlse = std::max(max_dlse, std::isnan(dl) ? INFINITY : dl);
-        if (!(rel <= tol)) what = "relative error of o " + std::to_string(rel);
-        else if (!(dl <= 1e-3 * std::max(1.0, std::abs(static_cast<double>(rl)))))
-          what = "lse " + std::to_string(gl) + " vs reference " + std::to_string(rl);
-      }
-      if (!what.empty() && failures++ == 0) first = "token " + std::to_string(t) + " head " + std::to_string(h) + ": " + what;
-    }
-  }
-  INFO("rows " << tokens_q * s.heads_q << ", tolerance " << tol << ", empty " << empty << ", max rel o " << max_rel << ", max |dlse| "
-               << max_dlse << ", failures " << failures << ", first: " << first);
-  CHECK(failures == 0);
 }
 
 // The reference's O (fp32) and lse for c with hi's selection, into ref (output<float>(c.spec, tokens_q)).
@@ -328,7 +271,7 @@ void random_decode_case(std::uint32_t seed) {
                                           c.tokens_q(), bound)
                          : run_decode<TO>(dk, dc, p, kv, di.table(), c.tokens_q(), bound);
       CHECK(g.error == 0u);
-      check_against(s, g, ref, c.tokens_q(), tolerance<TO, T>(k));
+      tc::check_against(s, g, ref, c.tokens_q(), tolerance<TO, T>(k));
     });
   }
 }
@@ -386,7 +329,7 @@ void quantized_case(const case_spec& s, std::mt19937& rng, std::uint32_t seed) {
       const auto g = csr ? run_decode<float>(dk, dc, p, kv, di.csr(static_cast<std::int64_t>(hi.col_idx.size())), c.tokens_q())
                          : run_decode<float>(dk, dc, p, kv, di.table(), c.tokens_q());
       CHECK(g.error == 0u);
-      check_against(s, g, ref, c.tokens_q(), tolerance<float, T>(kern));
+      tc::check_against(s, g, ref, c.tokens_q(), tolerance<float, T>(kern));
     };
     if (s.paged) {
       check(quantize(sc::device_paged_kv<Code>{.k_pages = kp.data(), .v_pages = vp.data(), .num_pages = ps.num_pages,
@@ -438,13 +381,13 @@ TEST_CASE("decode small: fixed shapes, both kernels, sources and index forms") {
         {
           const auto g = run_decode<float>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q());
           CHECK(g.error == 0u);
-          check_against(s, g, ref, c.tokens_q(), tol);
+          tc::check_against(s, g, ref, c.tokens_q(), tol);
         }
         {
           const auto g = run_decode<float>(dec, dc, p, dc.paged(c), di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
                                            c.tokens_q(), hi.max_count());
           CHECK(g.error == 0u);
-          check_against(s, g, ref, c.tokens_q(), tol);
+          tc::check_against(s, g, ref, c.tokens_q(), tol);
         }
       }
     }
@@ -485,7 +428,7 @@ TEST_CASE("decode many splits: merge of hundreds of partials, automatic chunk") 
       INFO("chunk_blocks " << chunk << ", splits " << dec.splits(p, hi.width) << ", kernel " << kernel_name(k));
       const auto g1 = run_decode<float>(dec, dc, p, dc.contiguous(s), di.table(), c.tokens_q());
       CHECK(g1.error == 0u);
-      check_against(s, g1, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
+      tc::check_against(s, g1, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
       const auto g2 = run_decode<float>(dec, dc, p, dc.paged(c), di.csr(static_cast<std::int64_t>(hi.col_idx.size())),
                                         c.tokens_q());
       CHECK(g2.error == 0u);
@@ -526,7 +469,7 @@ TEST_CASE("decode small head_shared: one row per query block reads as its ids st
       with_kv(c, dc, [&](const auto& kv) {
         const auto want = run_decode<float>(dk, dc, p, kv, dp.table(), c.tokens_q());
         CHECK(want.error == 0u);
-        check_against(s, want, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
+        tc::check_against(s, want, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
         for (const auto& got : {run_decode<float>(dk, dc, p, kv, table, c.tokens_q()),
                                 run_decode<float>(dk, dc, p, kv, csr, c.tokens_q())}) {
           CHECK(got.error == 0u);
@@ -585,7 +528,7 @@ TEST_CASE("decode small cluster merge: the merge kernel's bits without its launc
         const std::int64_t capacity = static_cast<std::int64_t>(hi.col_idx.size());
         const auto want = run_decode<float>(by_kernel, dc, p, kv, di.table(), c.tokens_q());
         CHECK(want.error == 0u);
-        check_against(s, want, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
+        tc::check_against(s, want, ref, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
         for (const auto& got : {run_decode<float>(in_cluster, dc, p, kv, di.table(), c.tokens_q()),
                                 run_decode<float>(in_cluster, dc, p, kv, di.csr(capacity), c.tokens_q(), hi.width)}) {
           CHECK(got.error == 0u);
@@ -625,7 +568,7 @@ TEST_CASE("decode small implicit indices: causal_all, sink + window, a table or 
         with_kv(c, dc, [&](const auto& kv) {
           const auto got = run_decode<float>(with_kernel(dec, k), dc, p, kv, device_index, c.tokens_q());
           CHECK(got.error == 0u);
-          check_against(s, got, want, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
+          tc::check_against(s, got, want, c.tokens_q(), tolerance<float, skim::bfloat16>(k));
         });
       }
     };
@@ -704,7 +647,7 @@ TEST_CASE("decode small Q view of any stride: unaligned rows read as the dense v
         const auto want = run_decode<float>(dec, dc, p, kv, di.table(), tokens);
         const auto got = run_decode<float>(dec, dc, p, kv, di.table(), tokens, -1, q);
         CHECK(got.error == 0u);
-        check_against(s, got, ref, tokens, tolerance<float, skim::bfloat16>(k));
+        tc::check_against(s, got, ref, tokens, tolerance<float, skim::bfloat16>(k));
         CHECK(std::memcmp(got.o.data(), want.o.data(), want.o.size() * sizeof(float)) == 0);
         CHECK(std::memcmp(got.lse.data(), want.lse.data(), want.lse.size() * sizeof(float)) == 0);
       });

@@ -4,9 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <skim/cuda.cuh>
@@ -137,5 +139,69 @@ struct device_case {
     return bits;
   }
 };
+
+// A kernel's O (token-major [tokens_q, heads_q, head_dim]) and lse, copied back, and the device
+// error word of the run.
+template <class TO>
+struct gpu_output {
+  std::vector<TO> o;
+  std::vector<float> lse;
+  std::uint32_t error = 0;
+
+  // The first `rows` (token, head) rows of O and lse (the buffers may hold more: one row at least).
+  [[nodiscard]] static gpu_output fetch(const buffer<TO>& o, const buffer<float>& lse, std::size_t rows,
+                                        std::int32_t head_dim, std::uint32_t error) {
+    gpu_output out{o.download(), lse.download(), error};
+    out.o.resize(rows * static_cast<std::size_t>(head_dim));
+    out.lse.resize(rows);
+    return out;
+  }
+};
+
+// Checks g against the reference's fp32 O and lse, per (token, head): a row the reference leaves
+// empty (lse -inf) must be exactly o = 0, lse = -inf; otherwise the relative L2 error of o, over
+// max(|o_ref|, 0.05·sqrt(head_dim)), must be <= tol and |Δlse| <= tol_lse · max(1, |lse_ref|).
+// NaN (an element a kernel did not write) fails. Reports the first failing row.
+template <class TO>
+void check_against(const case_spec& s, const gpu_output<TO>& g, const output<float>& ref, std::int32_t tokens_q,
+                   double tol, double tol_lse = 1e-3) {
+  const std::int32_t d = s.head_dim;
+  const double floor = 0.05 * std::sqrt(static_cast<double>(d));
+  std::int64_t failures = 0, empty = 0;
+  double max_rel = 0.0, max_dlse = 0.0;
+  std::string first;
+  for (std::int32_t t = 0; t < tokens_q; ++t) {
+    for (std::int32_t h = 0; h < s.heads_q; ++h) {
+      const std::size_t row = static_cast<std::size_t>(t) * s.heads_q + h;
+      const float rl = ref.lse[row], gl = g.lse[row];
+      double err = 0.0, norm = 0.0;
+      bool zero = true;
+      for (std::int32_t e = 0; e < d; ++e) {
+        const double x = to_float(g.o[row * d + e]), y = ref.o[row * d + e];
+        err += (x - y) * (x - y);
+        norm += y * y;
+        zero = zero && x == 0.0;
+      }
+      std::string what;
+      if (rl == -INFINITY) {
+        ++empty;
+        if (!zero) what = "row with no visible key has non-zero (or NaN) o";
+        else if (!(gl == -INFINITY)) what = "row with no visible key has lse " + std::to_string(gl);
+      } else {
+        const double rel = std::sqrt(err) / std::max(std::sqrt(norm), floor);
+        const double dl = std::abs(static_cast<double>(gl) - rl);
+        max_rel = std::max(max_rel, std::isnan(rel) ? INFINITY : rel);
+        max_dlse = std::max(max_dlse, std::isnan(dl) ? INFINITY : dl);
+        if (!(rel <= tol)) what = "relative error of o " + std::to_string(rel);
+        else if (!(dl <= tol_lse * std::max(1.0, std::abs(static_cast<double>(rl)))))
+          what = "lse " + std::to_string(gl) + " vs reference " + std::to_string(rl);
+      }
+      if (!what.empty() && failures++ == 0) first = "token " + std::to_string(t) + " head " + std::to_string(h) + ": " + what;
+    }
+  }
+  INFO("rows " << tokens_q * s.heads_q << ", tolerance " << tol << ", empty " << empty << ", max rel o " << max_rel
+               << ", max |dlse| " << max_dlse << ", failures " << failures << ", first: " << first);
+  CHECK(failures == 0);
+}
 
 }  // namespace skim::test::cuda

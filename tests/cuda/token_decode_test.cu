@@ -140,17 +140,10 @@ void reference_output(const random_case<TQ, TKV>& c, const host_list& h, output<
   reference_output(c, h, c.contiguous(), ref);
 }
 
-template <class TO>
-struct gpu_output {
-  std::vector<TO> o;
-  std::vector<float> lse;
-  std::uint32_t error = 0;
-};
-
 // One run into fresh NaN-poisoned O / lse.
 template <class TO, class TQ, class TKV, class KV>
-gpu_output<TO> run_tokens(const sc::token_decode& dec, tc::device_case<TQ, TKV>& dc, const sc::device_problem& p,
-                          const KV& kv, const sc::device_token_list& list, std::int32_t tokens_q) {
+tc::gpu_output<TO> run_tokens(const sc::token_decode& dec, tc::device_case<TQ, TKV>& dc, const sc::device_problem& p,
+                              const KV& kv, const sc::device_token_list& list, std::int32_t tokens_q) {
   const std::size_t n = static_cast<std::size_t>(std::max(tokens_q, 1)) * p.heads_q * p.head_dim;
   tc::buffer<TO> o(n);
   tc::buffer<float> lse(static_cast<std::size_t>(std::max(tokens_q, 1)) * p.heads_q);
@@ -165,57 +158,7 @@ gpu_output<TO> run_tokens(const sc::token_decode& dec, tc::device_case<TQ, TKV>&
   INFO("run: " << std::string(st.message()));
   REQUIRE(st.ok());
   SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
-  gpu_output<TO> out;
-  out.o = o.download();
-  out.lse = lse.download();
-  out.o.resize(static_cast<std::size_t>(tokens_q) * p.heads_q * p.head_dim);
-  out.lse.resize(static_cast<std::size_t>(tokens_q) * p.heads_q);
-  out.error = dc.error_bits();
-  return out;
-}
-
-// Per (token, head): an empty reference row must be exactly o = 0, lse = -inf; otherwise relative L2
-// error of o <= tol and |dlse| <= 1e-4 · max(1, |lse|). NaN (an unwritten element) fails.
-template <class TO>
-void check_against(const case_spec& s, const gpu_output<TO>& g, const output<float>& ref, std::int32_t tokens_q,
-                   double tol) {
-  const std::int32_t d = s.head_dim;
-  const double floor = 0.05 * std::sqrt(static_cast<double>(d));
-  std::int64_t failures = 0, empty = 0;
-  double max_rel = 0.0, max_dlse = 0.0;
-  std::string first;
-  for (std::int32_t t = 0; t < tokens_q; ++t) {
-    for (std::int32_t h = 0; h < s.heads_q; ++h) {
-      const std::size_t row = static_cast<std::size_t>(t) * s.heads_q + h;
-      const float rl = ref.lse[row], gl = g.lse[row];
-      double err = 0.0, norm = 0.0;
-      bool zero = true;
-      for (std::int32_t e = 0; e < d; ++e) {
-        const double x = to_float(g.o[row * d + e]), y = ref.o[row * d + e];
-        err += (x - y) * (x - y);
-        norm += y * y;
-        zero = zero && x == 0.0;
-      }
-      std::string what;
-      if (rl == -INFINITY) {
-        ++empty;
-        if (!zero) what = "row with no listed key has non-zero (or NaN) o";
-        else if (!(gl == -INFINITY)) what = "row with no listed key has lse " + std::to_string(gl);
-      } else {
-        const double rel = std::sqrt(err) / std::max(std::sqrt(norm), floor);
-        const double dl = std::abs(static_cast<double>(gl) - rl);
-        max_rel = std::max(max_rel, std::isnan(rel) ? INFINITY : rel);
-        max_dlse = std::max(max_dlse, std::isnan(dl) ? INFINITY : dl);
-        if (!(rel <= tol)) what = "relative error of o " + std::to_string(rel);
-        else if (!(dl <= 1e-4 * std::max(1.0, std::abs(static_cast<double>(rl)))))
-          what = "lse " + std::to_string(gl) + " vs reference " + std::to_string(rl);
-      }
-      if (!what.empty() && failures++ == 0) first = "token " + std::to_string(t) + " head " + std::to_string(h) + ": " + what;
-    }
-  }
-  INFO("rows " << tokens_q * s.heads_q << ", tolerance " << tol << ", empty " << empty << ", max rel o " << max_rel
-               << ", max |dlse| " << max_dlse << ", failures " << failures << ", first: " << first);
-  CHECK(failures == 0);
+  return tc::gpu_output<TO>::fetch(o, lse, static_cast<std::size_t>(tokens_q) * p.heads_q, p.head_dim, dc.error_bits());
 }
 
 // fp32 accumulation against double, plus the output's rounding.
@@ -321,7 +264,7 @@ void quantized_token_case(const case_spec& s, std::mt19937& rng, std::uint32_t s
     INFO("source " << source);
     const auto g = run_tokens<TO>(dec, dc, p, kv, dl.view(), c.tokens_q());
     CHECK(g.error == 0u);
-    check_against(s, g, ref, c.tokens_q(), tolerance<TO>());
+    tc::check_against(s, g, ref, c.tokens_q(), tolerance<TO>(), 1e-4);
     const auto again = run_tokens<TO>(dec, dc, p, kv, dl.view(), c.tokens_q());
     CHECK(std::memcmp(g.o.data(), again.o.data(), g.o.size() * sizeof(TO)) == 0);
     CHECK(std::memcmp(g.lse.data(), again.lse.data(), g.lse.size() * sizeof(float)) == 0);
@@ -355,7 +298,7 @@ TEST_CASE_TEMPLATE("token_decode random shapes against reference", Types,
     with_kv(c, dc, [&](const auto& kv) {
       const auto g = run_tokens<TO>(dec, dc, p, kv, dl.view(), c.tokens_q());
       CHECK(g.error == 0u);
-      check_against(s, g, ref, c.tokens_q(), tolerance<TO>());
+      tc::check_against(s, g, ref, c.tokens_q(), tolerance<TO>(), 1e-4);
       const auto again = run_tokens<TO>(dec, dc, p, kv, dl.view(), c.tokens_q());
       CHECK(std::memcmp(g.o.data(), again.o.data(), g.o.size() * sizeof(TO)) == 0);
       CHECK(std::memcmp(g.lse.data(), again.lse.data(), g.lse.size() * sizeof(float)) == 0);
