@@ -735,6 +735,44 @@ TEST_CASE("decode bad index content is skipped and reported") {
   }
 }
 
+// The automatic chunk's rule (decode.cuh; measured in docs/performance.md), at the shapes that chose
+// it: 32 query heads over 8 kv heads, one query per sequence, blocks of 128.
+TEST_CASE("decode automatic chunk: 64 CTAs, 128 for long rows") {
+  const decode dec;
+  const auto chunk = [&](std::int32_t batch, std::int32_t blocks, bool codes, std::int32_t heads_kv = 8) {
+    const sc::device_problem p{.batch = batch, .heads_q = 32, .heads_kv = heads_kv, .head_dim = 128, .block_q = 1,
+                               .block_kv = 128, .max_seqlen_q = 1, .max_seqlen_kv = 131072};
+    INFO("batch " << batch << ", blocks " << blocks << (codes ? ", codes" : ", 16-bit") << ", kv heads " << heads_kv);
+    CHECK(dec.splits(p, blocks, codes) == (blocks + dec.chunk(p, blocks, codes) - 1) / dec.chunk(p, blocks, codes));
+    return dec.chunk(p, blocks, codes);
+  };
+  // 16-bit K/V: about 64 CTAs; rows of 64 units cut in two where each half keeps 4096 keys.
+  CHECK(chunk(1, 16, false) == 2);    // 8 chunks (256 keys each, the least)
+  CHECK(chunk(1, 64, false) == 8);    // 8 chunks
+  CHECK(chunk(4, 16, false) == 8);    // 2 chunks
+  CHECK(chunk(4, 64, false) == 32);   // 2 chunks: 128 CTAs would leave 2048 keys a chunk
+  CHECK(chunk(8, 16, false) == 16);   // whole: halves of 1024 keys
+  CHECK(chunk(8, 64, false) == 32);   // two halves of 4096 keys
+  CHECK(chunk(16, 256, false, 4) == 128);
+  CHECK(chunk(16, 16, false) == 16);  // 128 units: whole
+  CHECK(chunk(8, 1024, false) == 256);  // at most 256 blocks
+  // 8-bit codes: 128 CTAs where chunks keep 1024 keys, else 64.
+  CHECK(chunk(1, 64, true) == 8);
+  CHECK(chunk(2, 16, true) == 4);
+  CHECK(chunk(2, 64, true) == 8);
+  CHECK(chunk(4, 16, true) == 8);
+  CHECK(chunk(4, 64, true) == 16);
+  CHECK(chunk(8, 16, true) == 8);
+  CHECK(chunk(1, 1024, true) == 64);  // 16 chunks: the merge kernel
+  // A set chunk_blocks is taken as it is.
+  decode fixed;
+  fixed.chunk_blocks = 3;
+  const sc::device_problem p{.batch = 8, .heads_q = 32, .heads_kv = 8, .head_dim = 128, .block_q = 1,
+                             .block_kv = 128, .max_seqlen_q = 1, .max_seqlen_kv = 131072};
+  CHECK(fixed.chunk(p, 64, false) == 3);
+  CHECK(fixed.splits(p, 64, false) == 22);
+}
+
 TEST_CASE("decode host errors") {
   std::mt19937 rng(5);
   case_spec s;

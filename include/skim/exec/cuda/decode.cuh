@@ -111,30 +111,38 @@ struct decode {
   bool merge_in_cluster = true;
   static constexpr std::int32_t max_cluster_splits = 8;  // the portable cluster size
 
-  // CTAs the automatic chunk aims at, and the fewest keys per split it takes. Constants: the split of
-  // a row never depends on the GPU. Rows are split only when their units alone give fewer than
-  // auto_target_ctas CTAs. Measured on the H200, about half the SMs is best whether the splits merge
-  // in a cluster or by the merge kernel, and at 64 units or more splitting rows only adds time
-  // (docs/performance.md, "GPU sparse decode vs FlexAttention").
+  // The automatic chunk's constants (never the GPU's: the split of a row, and so the bits of its
+  // output, are the same on any device). Rows whose units give fewer than auto_target_ctas CTAs are
+  // cut to give about that many. Rows are cut to give auto_long_target_ctas instead where every chunk
+  // still keeps at least auto_long_keys keys (auto_long_keys_quantized over 8-bit codes); for 16-bit
+  // K/V only where that cuts whole rows in two (units give 64 to 127 CTAs). Measured on the H200 and
+  // the H100 (docs/performance.md, "GPU: decode's automatic split"): about half the SMs is best for
+  // short rows, whose extra chunks cost more to merge than they gain; long rows gain from the other
+  // half (64 blocks of 128 at 64 units: 8-9% faster in two chunks, 256 blocks: 11%), and the codes'
+  // kernel, which issues more instructions per byte, from chunks of 1024 keys on.
   static constexpr std::int32_t auto_target_ctas = 64;
-  // For quantised K/V (8-bit codes): twice the CTAs. Chosen when the tensor-core kernel widened each
-  // tile through shared memory (B = 8, 16 blocks on the H200: 20.9 µs at 128 CTAs against 32.4 at
-  // 64); with codes widened in registers it still wins on the H100 (16 blocks 19.7 against 22.6 µs,
-  // 64 blocks 53.0 against 71.2).
-  static constexpr std::int32_t auto_target_ctas_quantized = 128;
+  static constexpr std::int32_t auto_long_target_ctas = 128;
+  static constexpr std::int32_t auto_long_keys = 4096;
+  static constexpr std::int32_t auto_long_keys_quantized = 1024;
   static constexpr std::int32_t auto_min_keys = 256;
 
-  // Blocks per split: chunk_blocks if set; else the bound (one split) when units >= the target
-  // (auto_target_ctas, or auto_target_ctas_quantized for quantised K/V), otherwise ceil(bound /
-  // ceil(target / units)); at least auto_min_keys keys, at most max_chunk_blocks.
+  // Blocks per split: chunk_blocks if set; else, for a target of T CTAs (as above), ceil(bound /
+  // ceil(T / units)), the bound itself (one split) when units >= T; at least auto_min_keys keys, at
+  // most max_chunk_blocks.
   [[nodiscard]] std::int32_t chunk(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks,
                                    bool quantized = false) const noexcept {
     if (chunk_blocks > 0) return chunk_blocks;
     const std::int32_t bound = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
     if (bound <= 0 || p.block_kv <= 0) return 1;
     const std::int64_t units = static_cast<std::int64_t>(p.index_heads()) * p.batch * p.max_q_blocks();
-    const std::int64_t target = quantized ? auto_target_ctas_quantized : auto_target_ctas;
-    const std::int64_t want = units <= 0 || units >= target ? 1 : (target + units - 1) / units;
+    const auto splits_for = [&](std::int64_t target) -> std::int64_t {
+      return units <= 0 || units >= target ? 1 : (target + units - 1) / units;
+    };
+    const std::int64_t long_splits = splits_for(auto_long_target_ctas);
+    const std::int64_t long_chunk = (bound + long_splits - 1) / long_splits;
+    const bool go_long = quantized ? long_chunk * p.block_kv >= auto_long_keys_quantized
+                                   : long_chunk * p.block_kv >= auto_long_keys && splits_for(auto_target_ctas) == 1;
+    const std::int64_t want = go_long ? long_splits : splits_for(auto_target_ctas);
     std::int64_t c = (bound + want - 1) / want;
     const std::int64_t min_blocks = (auto_min_keys + p.block_kv - 1) / p.block_kv;
     if (c < min_blocks) c = min_blocks;
