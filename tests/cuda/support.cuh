@@ -1,6 +1,7 @@
 #pragma once
-// Test support for skim's CUDA policies: device buffers, and a random_case (tests/support/)
-// mirrored on the device, so every kernel is compared with exec::reference on the same inputs.
+// Test support for skim's CUDA policies: device buffers, a random_case (tests/support/) mirrored on
+// the device, so every kernel is compared with exec::reference on the same inputs, and the decode
+// tests' copy of a kernel's O and lse with its row-by-row check against the reference's.
 #include <doctest/doctest.h>
 
 #include <algorithm>
