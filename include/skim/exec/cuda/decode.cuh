@@ -138,11 +138,12 @@ struct decode {
     const auto splits_for = [&](std::int64_t target) -> std::int64_t {
       return units <= 0 || units >= target ? 1 : (target + units - 1) / units;
     };
+    const std::int64_t short_splits = splits_for(auto_target_ctas);
     const std::int64_t long_splits = splits_for(auto_long_target_ctas);
     const std::int64_t long_chunk = (bound + long_splits - 1) / long_splits;
     const bool go_long = quantized ? long_chunk * p.block_kv >= auto_long_keys_quantized
-                                   : long_chunk * p.block_kv >= auto_long_keys && splits_for(auto_target_ctas) == 1;
-    const std::int64_t want = go_long ? long_splits : splits_for(auto_target_ctas);
+                                   : long_chunk * p.block_kv >= auto_long_keys && short_splits == 1;
+    const std::int64_t want = go_long ? long_splits : short_splits;
     std::int64_t c = (bound + want - 1) / want;
     const std::int64_t min_blocks = (auto_min_keys + p.block_kv - 1) / p.block_kv;
     if (c < min_blocks) c = min_blocks;
