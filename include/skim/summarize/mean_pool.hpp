@@ -51,7 +51,8 @@ struct mean_pool {
     detail::quotient4(s, count, out);
   }
   // score4() of B records, the queries interleaved (detail::interleave4): out[4·b + g], the same bits.
-  // One chain a block: 8 blocks a call keep two FMA units busy through the chains' latency.
+  // One chain a block (with AVX, several blocks' chains share a vector: detail::dots4): 8 blocks a
+  // call keep the vector units busy through the chains' latency.
   static constexpr std::int32_t score4_blocks_per_call = 8;
   template <int B>
   static void score4_blocks(const float* const (&records)[B], const float* q4, std::int32_t head_dim,

@@ -86,7 +86,10 @@ struct multi_centroid {
           if (live[c] == 0.0f) continue;
           const float* ctr = centroid + static_cast<std::int64_t>(c) * head_dim;
           float d2 = 0.0f;
-          for (std::int32_t i = 0; i < head_dim; ++i) d2 += (key[i] - ctr[i]) * (key[i] - ctr[i]);
+          for (std::int32_t i = 0; i < head_dim; ++i) {
+            const float e = key[i] - ctr[i];
+            d2 += detail::product(e, e);  // never fused: the GPU's summaries assign by the same bits
+          }
           if (nearest < 0 || d2 < nearest_d2) {  // strict: ties go to the lower centroid
             nearest = c;
             nearest_d2 = d2;

@@ -1,5 +1,6 @@
 # Cross-compiles the CPU executor suite (tests/main.cpp, tests/exec/cpu/conformance_test.cpp and
-# simd_test.cpp, SKIM_TEST_ARCH_BUILD: for exec::simd<xsimd::neon64> alone) for aarch64 with a
+# simd_test.cpp, SKIM_TEST_ARCH_BUILD: for exec::simd<xsimd::neon64> alone; with the summarizers'
+# scoring paths, tests/summarize/score_paths_test.cpp) for aarch64 with a
 # static link, and runs the binary under qemu-aarch64. Called by CTest (tests/CMakeLists.txt):
 #   cmake -DCXX=aarch64-linux-gnu-g++ -DQEMU=qemu-aarch64 -DSOURCE_DIR=<skim> -DWORK_DIR=<dir>
 #         -DXSIMD_INCLUDE=<dir holding xsimd/> -DDOCTEST_INCLUDE=<dir holding doctest/> -P simd_neon.cmake
@@ -29,6 +30,7 @@ set(flags -std=c++20 -O2 -pthread -DSKIM_SIMD_TEST_SCALE=0.1 -DSKIM_TEST_ARCH_BU
 execute_process(
   COMMAND ${CXX} ${flags} -c ${SOURCE_DIR}/tests/exec/cpu/conformance_test.cpp
   COMMAND ${CXX} ${flags} -c ${SOURCE_DIR}/tests/main.cpp ${SOURCE_DIR}/tests/exec/cpu/simd_test.cpp
+          ${SOURCE_DIR}/tests/summarize/score_paths_test.cpp
   WORKING_DIRECTORY ${WORK_DIR}
   RESULTS_VARIABLE compiled)
 if(NOT compiled STREQUAL "0;0")
@@ -36,7 +38,7 @@ if(NOT compiled STREQUAL "0;0")
 endif()
 execute_process(
   COMMAND ${CXX} -static -pthread ${WORK_DIR}/conformance_test.o ${WORK_DIR}/main.o ${WORK_DIR}/simd_test.o
-          -o ${binary}
+          ${WORK_DIR}/score_paths_test.o -o ${binary}
   RESULT_VARIABLE built)
 if(NOT built EQUAL 0)
   message(FATAL_ERROR "aarch64 link of the simd suite failed (${built})")
