@@ -92,6 +92,9 @@ SKIM_FORCEINLINE void interleave4(const float* SKIM_RESTRICT q, std::int64_t str
 }
 
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && defined(__AVX__)
+}  // namespace skim::summarize::detail
+#include <immintrin.h>
+namespace skim::summarize::detail {
 // Where the compiler targets AVX or AVX-512, dots4 and bound_dots4 put R blocks' four queries in
 // the lanes of one vector (R = 2 in 32 bytes, 4 in 64), lane 4·r + g for block r and query g: a
 // multiply and an add per element for 4·R sums. Each lane still runs its one sum in index order,
@@ -99,8 +102,6 @@ SKIM_FORCEINLINE void interleave4(const float* SKIM_RESTRICT q, std::int64_t str
 // (rows) and each spread over its row's four lanes by an in-lane shuffle (spread).
 #define SKIM_DETAIL_WIDE_DOTS 1
 namespace wide {
-typedef float f4 __attribute__((vector_size(16)));
-typedef float f8 __attribute__((vector_size(32)));
 #if defined(__AVX512F__)
 inline constexpr int R = 4;
 typedef float fv __attribute__((vector_size(64)));
@@ -111,21 +112,18 @@ typedef float fv __attribute__((vector_size(32)));
 typedef std::int32_t mv __attribute__((vector_size(32)));
 #endif
 
-// [r[0][i, i + 4), r[1][i, i + 4), ..., r[R - 1][i, i + 4)].
+// [r[0][i, i + 4), r[1][i, i + 4), ..., r[R - 1][i, i + 4)]: one load and R - 1 loads into lanes
+// (intrinsics: GCC 12 builds the same from vector-extension shuffles in twice the instructions).
 SKIM_FORCEINLINE fv rows(const float* const* r, std::int32_t i) noexcept {
-  f4 a, b;
-  std::memcpy(&a, r[0] + i, sizeof a);
-  std::memcpy(&b, r[1] + i, sizeof b);
-  const f8 ab = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7);
 #if defined(__AVX512F__)
-  f4 c, d;
-  std::memcpy(&c, r[2] + i, sizeof c);
-  std::memcpy(&d, r[3] + i, sizeof d);
-  const f8 cd = __builtin_shufflevector(c, d, 0, 1, 2, 3, 4, 5, 6, 7);
-  return __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 x = _mm512_castps128_ps512(_mm_loadu_ps(r[0] + i));
+  x = _mm512_insertf32x4(x, _mm_loadu_ps(r[1] + i), 1);
+  x = _mm512_insertf32x4(x, _mm_loadu_ps(r[2] + i), 2);
+  x = _mm512_insertf32x4(x, _mm_loadu_ps(r[3] + i), 3);
 #else
-  return ab;
+  const __m256 x = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(r[0] + i)), _mm_loadu_ps(r[1] + i), 1);
 #endif
+  return (fv)x;
 }
 // Element i + J of each row of rows(r, i), in all four lanes of its row.
 template <int J>
@@ -147,17 +145,14 @@ SKIM_FORCEINLINE fv column(const float* const* r, std::int32_t i) noexcept {
   return fv{a, a, a, a, b, b, b, b};
 #endif
 }
-// The four queries' element i (q4i = q4 + 4·i, interleave4) in every row's four lanes.
+// The four queries' element i (q4i = q4 + 4·i, interleave4) in every row's four lanes: one
+// broadcast load.
 SKIM_FORCEINLINE fv queries(const float* q4i) noexcept {
-  f4 q;
-  std::memcpy(&q, q4i, sizeof q);
-  const f8 qq = __builtin_shufflevector(q, q, 0, 1, 2, 3, 0, 1, 2, 3);
 #if defined(__AVX512F__)
-  // In two steps: GCC 12 builds the one-step 16-lane shuffle of a 4-lane vector through the stack,
-  // a 64-byte load of a 16-byte store that cannot be forwarded (4x slower scoring).
-  return __builtin_shufflevector(qq, qq, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+  // The zero-masked form: GCC 12's plain one starts from _mm512_undefined_ps(), which -Wall flags.
+  return (fv)_mm512_maskz_broadcast_f32x4(0xffff, _mm_loadu_ps(q4i));
 #else
-  return qq;
+  return (fv)_mm256_broadcast_ps(reinterpret_cast<const __m128*>(q4i));
 #endif
 }
 // max_bound's term, q·l or q·h by q's sign (bound_dots4 says why), lane by lane.
@@ -198,13 +193,13 @@ SKIM_FORCEINLINE void dots4(const float* SKIM_RESTRICT q4, const float* const (&
   for (; i + 4 <= head_dim; i += 4) {
     fv x[V];
     for (int v = 0; v < V; ++v) x[v] = rows(k + R * v, i);
-    add_products<0>(acc, x, q4 + 4 * i);
-    add_products<1>(acc, x, q4 + 4 * i);
-    add_products<2>(acc, x, q4 + 4 * i);
-    add_products<3>(acc, x, q4 + 4 * i);
+    add_products<0>(acc, x, q4 + 4 * std::int64_t{i});
+    add_products<1>(acc, x, q4 + 4 * std::int64_t{i});
+    add_products<2>(acc, x, q4 + 4 * std::int64_t{i});
+    add_products<3>(acc, x, q4 + 4 * std::int64_t{i});
   }
   for (; i < head_dim; ++i) {
-    const fv q = queries(q4 + 4 * i);
+    const fv q = queries(q4 + 4 * std::int64_t{i});
     for (int v = 0; v < V; ++v) acc[v] += product(q, column(k + R * v, i));
   }
   store<N>(acc, out);
@@ -224,13 +219,13 @@ SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const float* co
       l[v] = rows(lo + R * v, i);
       h[v] = rows(hi + R * v, i);
     }
-    add_bounds<0>(acc, l, h, q4 + 4 * i);
-    add_bounds<1>(acc, l, h, q4 + 4 * i);
-    add_bounds<2>(acc, l, h, q4 + 4 * i);
-    add_bounds<3>(acc, l, h, q4 + 4 * i);
+    add_bounds<0>(acc, l, h, q4 + 4 * std::int64_t{i});
+    add_bounds<1>(acc, l, h, q4 + 4 * std::int64_t{i});
+    add_bounds<2>(acc, l, h, q4 + 4 * std::int64_t{i});
+    add_bounds<3>(acc, l, h, q4 + 4 * std::int64_t{i});
   }
   for (; i < head_dim; ++i) {
-    const fv q = queries(q4 + 4 * i);
+    const fv q = queries(q4 + 4 * std::int64_t{i});
     for (int v = 0; v < V; ++v) acc[v] += bound_term(q, column(lo + R * v, i), column(hi + R * v, i));
   }
   store<N>(acc, out);
@@ -258,7 +253,7 @@ SKIM_FORCEINLINE void dots4(const float* SKIM_RESTRICT q4, const float* const (&
   for (int n = 0; n < N; ++n) acc[n] = lanes{0.0f, 0.0f, 0.0f, 0.0f};
   for (std::int32_t i = 0; i < head_dim; ++i) {
     lanes qi;
-    std::memcpy(&qi, q4 + 4 * i, sizeof qi);
+    std::memcpy(&qi, q4 + 4 * std::int64_t{i}, sizeof qi);
     for (int n = 0; n < N; ++n) {
       const float x = k[n][i];
       acc[n] += product(qi, lanes{x, x, x, x});
@@ -338,7 +333,7 @@ SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const float* co
   for (int n = 0; n < N; ++n) acc[n] = lanes{0.0f, 0.0f, 0.0f, 0.0f};
   for (std::int32_t i = 0; i < head_dim; ++i) {
     lanes qi;
-    std::memcpy(&qi, q4 + 4 * i, sizeof qi);
+    std::memcpy(&qi, q4 + 4 * std::int64_t{i}, sizeof qi);
     const mask take_a = qi < lanes{0.0f, 0.0f, 0.0f, 0.0f};  // all ones where q < 0: there a >= b
     for (int n = 0; n < N; ++n) {
       const float l = lo[n][i], h = hi[n][i];
