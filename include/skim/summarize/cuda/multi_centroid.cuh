@@ -21,7 +21,7 @@
 // Arithmetic follows the CPU code operation by operation, each rounded on its own (__fadd_rn,
 // __fmul_rn, __fdiv_rn: never fused): sums in slot order, centroid = sum * (1 / size), squared
 // distances summed in dimension order, ties to the lower centroid, a cluster left empty keeping its
-// centroid. The CPU side must not fuse either (no -ffp-contract=fast with FMA on the host build).
+// centroid. The CPU side does not fuse either (summarize::detail::product, docs/design.md §9).
 //
 // No allocation, no synchronisation: both launch one kernel on the caller's stream and can be
 // captured in a CUDA graph. Device content is never trusted (core/cuda/common.cuh): a sequence longer than
