@@ -16,6 +16,7 @@
 
 #include "skim/concepts/summarizer.hpp"
 #include "skim/detail/dot.hpp"
+#include "skim/detail/product.hpp"
 
 namespace skim::summarize {
 

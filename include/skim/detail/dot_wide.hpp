@@ -1,0 +1,152 @@
+#pragma once
+// summarize::detail::wide: dots4 and bound_dots4 (dot.hpp) with R blocks' four queries in the lanes
+// of one vector where the compiler targets AVX (R = 2, 32 bytes) or AVX-512 (R = 4, 64 bytes), lane
+// 4·r + g for block r and query g: a multiply and an add per element for 4·R sums. Each lane still
+// runs its one sum in index order, lane by lane the scalar operations (the same bits). Four elements
+// of R rows are loaded into one vector (rows) and each spread over its row's four lanes by an
+// in-lane shuffle (spread). Private to the summarizers: where it is compiled it defines
+// SKIM_DETAIL_WIDE_DOTS, and dot.hpp calls it for N a multiple of R.
+
+#include <cstdint>
+
+#include "skim/config.hpp"
+#include "skim/detail/product.hpp"
+
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && defined(__AVX__)
+#include <immintrin.h>
+#define SKIM_DETAIL_WIDE_DOTS 1
+
+namespace skim::summarize::detail {
+namespace wide {
+#if defined(__AVX512F__)
+inline constexpr int R = 4;
+typedef float fv __attribute__((vector_size(64)));
+typedef std::int32_t mv __attribute__((vector_size(64)));
+#else
+inline constexpr int R = 2;
+typedef float fv __attribute__((vector_size(32)));
+typedef std::int32_t mv __attribute__((vector_size(32)));
+#endif
+
+// [r[0][i, i + 4), r[1][i, i + 4), ..., r[R - 1][i, i + 4)]: one load and R - 1 loads into lanes
+// (intrinsics: GCC 12 builds the same from vector-extension shuffles in twice the instructions).
+SKIM_FORCEINLINE fv rows(const float* const* r, std::int32_t i) noexcept {
+#if defined(__AVX512F__)
+  __m512 x = _mm512_castps128_ps512(_mm_loadu_ps(r[0] + i));
+  x = _mm512_insertf32x4(x, _mm_loadu_ps(r[1] + i), 1);
+  x = _mm512_insertf32x4(x, _mm_loadu_ps(r[2] + i), 2);
+  x = _mm512_insertf32x4(x, _mm_loadu_ps(r[3] + i), 3);
+#else
+  const __m256 x = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(r[0] + i)), _mm_loadu_ps(r[1] + i), 1);
+#endif
+  return (fv)x;
+}
+// Element i + J of each row of rows(r, i), in all four lanes of its row.
+template <int J>
+SKIM_FORCEINLINE fv spread(fv x) noexcept {
+#if defined(__AVX512F__)
+  return __builtin_shufflevector(x, x, J, J, J, J, 4 + J, 4 + J, 4 + J, 4 + J, 8 + J, 8 + J, 8 + J, 8 + J, 12 + J,
+                                 12 + J, 12 + J, 12 + J);
+#else
+  return __builtin_shufflevector(x, x, J, J, J, J, 4 + J, 4 + J, 4 + J, 4 + J);
+#endif
+}
+// Element i of each row in all four lanes of its row (the elements past the last four).
+SKIM_FORCEINLINE fv column(const float* const* r, std::int32_t i) noexcept {
+  const float a = r[0][i], b = r[1][i];
+#if defined(__AVX512F__)
+  const float c = r[2][i], d = r[3][i];
+  return fv{a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d};
+#else
+  return fv{a, a, a, a, b, b, b, b};
+#endif
+}
+// The four queries' element i (q4i = q4 + 4·i, interleave4) in every row's four lanes: one
+// broadcast load.
+SKIM_FORCEINLINE fv queries(const float* q4i) noexcept {
+#if defined(__AVX512F__)
+  // The zero-masked form: GCC 12's plain one starts from _mm512_undefined_ps(), which -Wall flags.
+  return (fv)_mm512_maskz_broadcast_f32x4(0xffff, _mm_loadu_ps(q4i));
+#else
+  return (fv)_mm256_broadcast_ps(reinterpret_cast<const __m128*>(q4i));
+#endif
+}
+// max_bound's term, q·l or q·h by q's sign (bound_dots4 says why), lane by lane.
+SKIM_FORCEINLINE fv bound_term(fv q, fv l, fv h) noexcept {
+  const mv take_a = q < fv{};  // all ones where q < 0: there q·l >= q·h
+  const fv a = product(q, l);
+  const fv b = product(q, h);
+  return (fv)(((mv)a & take_a) | ((mv)b & ~take_a));  // vector casts keep the bits
+}
+// Element i + J's terms for V vectors of rows(·, i), q4i = q4 + 4·i.
+template <int J, int V>
+SKIM_FORCEINLINE void add_products(fv (&acc)[V], const fv (&x)[V], const float* q4i) noexcept {
+  const fv q = queries(q4i + 4 * J);
+  for (int v = 0; v < V; ++v) acc[v] += product(q, spread<J>(x[v]));
+}
+template <int J, int V>
+SKIM_FORCEINLINE void add_bounds(fv (&acc)[V], const fv (&l)[V], const fv (&h)[V], const float* q4i) noexcept {
+  const fv q = queries(q4i + 4 * J);
+  for (int v = 0; v < V; ++v) acc[v] += bound_term(q, spread<J>(l[v]), spread<J>(h[v]));
+}
+template <int N>
+SKIM_FORCEINLINE void store(const fv (&acc)[N / R], float (&out)[N][4]) noexcept {
+  for (int v = 0; v < N / R; ++v) {
+    for (int r = 0; r < R; ++r) {
+      for (int g = 0; g < 4; ++g) out[R * v + r][g] = acc[v][4 * r + g];
+    }
+  }
+}
+
+// dots4 of N rows, N a multiple of R.
+template <int N>
+SKIM_FORCEINLINE void dots4(const float* SKIM_RESTRICT q4, const float* const (&k)[N], std::int32_t head_dim,
+                            float (&out)[N][4]) noexcept {
+  constexpr int V = N / R;
+  fv acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = fv{};
+  std::int32_t i = 0;
+  for (; i + 4 <= head_dim; i += 4) {
+    fv x[V];
+    for (int v = 0; v < V; ++v) x[v] = rows(k + R * v, i);
+    add_products<0>(acc, x, q4 + 4 * std::int64_t{i});
+    add_products<1>(acc, x, q4 + 4 * std::int64_t{i});
+    add_products<2>(acc, x, q4 + 4 * std::int64_t{i});
+    add_products<3>(acc, x, q4 + 4 * std::int64_t{i});
+  }
+  for (; i < head_dim; ++i) {
+    const fv q = queries(q4 + 4 * std::int64_t{i});
+    for (int v = 0; v < V; ++v) acc[v] += product(q, column(k + R * v, i));
+  }
+  store<N>(acc, out);
+}
+
+// bound_dots4 of N blocks, N a multiple of R.
+template <int N>
+SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const float* const (&lo)[N],
+                                  const float* const (&hi)[N], std::int32_t head_dim, float (&out)[N][4]) noexcept {
+  constexpr int V = N / R;
+  fv acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = fv{};
+  std::int32_t i = 0;
+  for (; i + 4 <= head_dim; i += 4) {
+    fv l[V], h[V];
+    for (int v = 0; v < V; ++v) {
+      l[v] = rows(lo + R * v, i);
+      h[v] = rows(hi + R * v, i);
+    }
+    add_bounds<0>(acc, l, h, q4 + 4 * std::int64_t{i});
+    add_bounds<1>(acc, l, h, q4 + 4 * std::int64_t{i});
+    add_bounds<2>(acc, l, h, q4 + 4 * std::int64_t{i});
+    add_bounds<3>(acc, l, h, q4 + 4 * std::int64_t{i});
+  }
+  for (; i < head_dim; ++i) {
+    const fv q = queries(q4 + 4 * std::int64_t{i});
+    for (int v = 0; v < V; ++v) acc[v] += bound_term(q, column(lo + R * v, i), column(hi + R * v, i));
+  }
+  store<N>(acc, out);
+}
+}  // namespace wide
+}  // namespace skim::summarize::detail
+
+#endif
