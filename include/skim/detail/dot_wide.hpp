@@ -68,7 +68,8 @@ SKIM_FORCEINLINE fv queries(const float* q4i) noexcept {
   // The zero-masked form: GCC 12's plain one starts from _mm512_undefined_ps(), which -Wall flags.
   return (fv)_mm512_maskz_broadcast_f32x4(0xffff, _mm_loadu_ps(q4i));
 #else
-  return (fv)_mm256_broadcast_ps(reinterpret_cast<const __m128*>(q4i));
+  const __m128 q = _mm_loadu_ps(q4i);
+  return (fv)_mm256_set_m128(q, q);  // one vbroadcastf128 from memory, which needs no alignment
 #endif
 }
 // max_bound's term, q·l or q·h by q's sign (bound_dots4 says why), lane by lane.
