@@ -138,12 +138,12 @@ SKIM_FORCEINLINE void max_quotient4(const float* SKIM_RESTRICT s, float n, float
 // out[n][g] = the sum over i in index order of max(q_g[i]·lo_n[i], q_g[i]·hi_n[i]) (as `a > b ? a : b`:
 // the second product where they tie or one is NaN), n < N, g < 4, the queries interleaved as
 // interleave4 writes them: max_bound's score term, rounded step by step, the same bits lane by lane
-// as the scalar loop; vectors as in dots4. The vectors pick the larger product by q's sign, one test
-// per element for all N blocks instead of a compare each. Rounding is monotone, so q·hi >= q·lo
-// where q >= 0 and q·lo >= q·hi where q < 0; where q is NaN both are NaN and the scalar takes q·hi,
-// as here. Where q < 0 and the two tie as zeros of opposite signs, the vectors take the other zero
-// than the scalar, which adds the same: a sum that starts at +0 never becomes -0 under
-// round-to-nearest.
+// as the scalar loop; vectors as in dots4. The vectors pick the bound by q's sign before one
+// multiply, one test per element for all N blocks instead of two products and a compare each.
+// Rounding is monotone, so q·hi >= q·lo where q >= 0 and q·lo >= q·hi where q < 0; where q is NaN
+// both products are NaN and the scalar takes q·hi, as here. Where q < 0 and the two tie as zeros of
+// opposite signs, the vectors take the other zero than the scalar, which adds the same: a sum that
+// starts at +0 never becomes -0 under round-to-nearest.
 template <int N>
 SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const float* const (&lo)[N],
                                   const float* const (&hi)[N], std::int32_t head_dim, float (&out)[N][4]) noexcept {
@@ -161,12 +161,12 @@ SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const float* co
   for (std::int32_t i = 0; i < head_dim; ++i) {
     lanes qi;
     std::memcpy(&qi, q4 + 4 * std::int64_t{i}, sizeof qi);
-    const mask take_a = qi < lanes{0.0f, 0.0f, 0.0f, 0.0f};  // all ones where q < 0: there a >= b
+    const mask take_l = qi < lanes{0.0f, 0.0f, 0.0f, 0.0f};  // all ones where q < 0: there q·l >= q·h
     for (int n = 0; n < N; ++n) {
       const float l = lo[n][i], h = hi[n][i];
-      const lanes a = product(qi, lanes{l, l, l, l});
-      const lanes b = product(qi, lanes{h, h, h, h});
-      acc[n] += (lanes)(((mask)a & take_a) | ((mask)b & ~take_a));  // vector casts keep the bits
+      // l where q < 0, else h (vector casts keep the bits)
+      const lanes x = (lanes)(((mask)lanes{l, l, l, l} & take_l) | ((mask)lanes{h, h, h, h} & ~take_l));
+      acc[n] += product(qi, x);
     }
   }
   for (int n = 0; n < N; ++n) {

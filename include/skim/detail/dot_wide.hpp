@@ -72,13 +72,31 @@ SKIM_FORCEINLINE fv queries(const float* q4i) noexcept {
   return (fv)_mm256_set_m128(q, q);  // one vbroadcastf128 from memory, which needs no alignment
 #endif
 }
-// max_bound's term, q·l or q·h by q's sign (bound_dots4 says why), lane by lane.
-SKIM_FORCEINLINE fv bound_term(fv q, fv l, fv h) noexcept {
-  const mv take_a = q < fv{};  // all ones where q < 0: there q·l >= q·h
-  const fv a = product(q, l);
-  const fv b = product(q, h);
-  return (fv)(((mv)a & take_a) | ((mv)b & ~take_a));  // vector casts keep the bits
-}
+// max_bound's term by q's sign (bound_dots4 says why), lane by lane: q·l where q < 0, else q·h,
+// element i + J of rows(lo, i) (l) and rows(hi, i) (h). The bound is chosen before the one multiply:
+// the same bits as choosing between the two products. With AVX-512 one two-source shuffle spreads
+// the element and chooses the bound at once (its indices: from l where q < 0, else from h).
+template <int J>
+struct bound_pick {
+#if defined(__AVX512F__)
+  __m512i index;
+  SKIM_FORCEINLINE explicit bound_pick(fv q) noexcept {
+    const __m512i from_l = _mm512_setr_epi32(J, J, J, J, 4 + J, 4 + J, 4 + J, 4 + J, 8 + J, 8 + J, 8 + J, 8 + J,
+                                             12 + J, 12 + J, 12 + J, 12 + J);
+    const __m512i from_h = _mm512_add_epi32(from_l, _mm512_set1_epi32(16));
+    index = _mm512_mask_mov_epi32(from_h, _mm512_cmp_ps_mask((__m512)q, _mm512_setzero_ps(), _CMP_LT_OQ), from_l);
+  }
+  SKIM_FORCEINLINE fv operator()(fv l, fv h) const noexcept {
+    return (fv)_mm512_permutex2var_ps((__m512)l, index, (__m512)h);
+  }
+#else
+  mv take_l;  // all ones where q < 0
+  SKIM_FORCEINLINE explicit bound_pick(fv q) noexcept : take_l(q < fv{}) {}
+  SKIM_FORCEINLINE fv operator()(fv l, fv h) const noexcept {
+    return (fv)(((mv)spread<J>(l) & take_l) | ((mv)spread<J>(h) & ~take_l));  // vector casts keep the bits
+  }
+#endif
+};
 // Element i + J's terms for V vectors of rows(·, i), q4i = q4 + 4·i.
 template <int J, int V>
 SKIM_FORCEINLINE void add_products(fv (&acc)[V], const fv (&x)[V], const float* q4i) noexcept {
@@ -88,7 +106,8 @@ SKIM_FORCEINLINE void add_products(fv (&acc)[V], const fv (&x)[V], const float* 
 template <int J, int V>
 SKIM_FORCEINLINE void add_bounds(fv (&acc)[V], const fv (&l)[V], const fv (&h)[V], const float* q4i) noexcept {
   const fv q = queries(q4i + 4 * J);
-  for (int v = 0; v < V; ++v) acc[v] += bound_term(q, spread<J>(l[v]), spread<J>(h[v]));
+  const bound_pick<J> pick(q);
+  for (int v = 0; v < V; ++v) acc[v] += product(q, pick(l[v], h[v]));
 }
 template <int N>
 SKIM_FORCEINLINE void store(const fv (&acc)[N / R], float (&out)[N][4]) noexcept {
@@ -143,7 +162,10 @@ SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const float* co
   }
   for (; i < head_dim; ++i) {
     const fv q = queries(q4 + 4 * std::int64_t{i});
-    for (int v = 0; v < V; ++v) acc[v] += bound_term(q, column(lo + R * v, i), column(hi + R * v, i));
+    const mv take_l = q < fv{};
+    for (int v = 0; v < V; ++v) {
+      acc[v] += product(q, (fv)(((mv)column(lo + R * v, i) & take_l) | ((mv)column(hi + R * v, i) & ~take_l)));
+    }
   }
   store<N>(acc, out);
 }
