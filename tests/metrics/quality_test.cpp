@@ -149,9 +149,12 @@ TEST_CASE("quality: causal_all gives coverage 1, error ~0, recall 1 on random ca
                                   }
                                   CHECK(r.selected_keys == r.visible_keys);
                                   CHECK(r.coverage == doctest::Approx(1.0).epsilon(1e-12));
-                                  // Two double softmaxes over the same keys in different orders: the
-                                  // error is rounding, relative to |o_dense|, which is small when d = 1.
-                                  CHECK(r.error <= 1e-9);
+                                  // Two double softmaxes over the same keys, normalised at different
+                                  // points: the error is rounding, ~1e-16 · n · Σ α|v| / |o_dense|, and
+                                  // with d = 1 random values can cancel o_dense down to 1e-5 of Σ α|v|
+                                  // (seed 1268500808: 1.3e-9). A key left out shows in the two checks
+                                  // above.
+                                  CHECK(r.error <= 1e-6);
                                   for (double x : r.recall) CHECK(x == 1.0);
                                 });
     });
