@@ -43,6 +43,7 @@
 #include "skim/summarize/build.hpp"
 #include "skim/summarize/lsh_buckets.hpp"
 #include "skim/summarize/max_bound.hpp"
+#include "skim/summarize/max_bound16.hpp"
 #include "skim/summarize/mean_pool.hpp"
 #include "skim/summarize/multi_centroid.hpp"
 #include "skim/summarize/probe_max.hpp"

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "skim/summarize/max_bound.hpp"
+#include "skim/summarize/max_bound16.hpp"
 #include "skim/summarize/mean_pool.hpp"
 #include "skim/summarize/multi_centroid.hpp"
 
@@ -94,6 +95,8 @@ void check_summarizer(std::integer_sequence<int, B...>) {
 TEST_CASE("summarize: score4 and score4_blocks give score()'s bits on random records, whatever the build fuses") {
   using blocks = std::integer_sequence<int, 1, 2, 3, 4, 5, 6, 8>;
   SUBCASE("max_bound") { check_summarizer<summarize::max_bound>(blocks{}); }
+  SUBCASE("max_bound16<half>") { check_summarizer<summarize::max_bound16<half>>(blocks{}); }
+  SUBCASE("max_bound16<bfloat16>") { check_summarizer<summarize::max_bound16<bfloat16>>(blocks{}); }
   SUBCASE("mean_pool") { check_summarizer<summarize::mean_pool>(blocks{}); }
   SUBCASE("multi_centroid<2>") { check_summarizer<summarize::multi_centroid<2>>(blocks{}); }
   SUBCASE("multi_centroid<3>") { check_summarizer<summarize::multi_centroid<3>>(std::integer_sequence<int, 1, 2, 4>{}); }

@@ -14,6 +14,7 @@
 #include "skim/core/dtypes.hpp"
 #include "skim/detail/dot_wide.hpp"
 #include "skim/detail/product.hpp"
+#include "skim/detail/record_value.hpp"
 
 namespace skim::summarize::detail {
 
@@ -143,12 +144,13 @@ SKIM_FORCEINLINE void max_quotient4(const float* SKIM_RESTRICT s, float n, float
 // Rounding is monotone, so q·hi >= q·lo where q >= 0 and q·lo >= q·hi where q < 0; where q is NaN
 // both products are NaN and the scalar takes q·hi, as here. Where q < 0 and the two tie as zeros of
 // opposite signs, the vectors take the other zero than the scalar, which adds the same: a sum that
-// starts at +0 never becomes -0 under round-to-nearest.
-template <int N>
-SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const float* const (&lo)[N],
-                                  const float* const (&hi)[N], std::int32_t head_dim, float (&out)[N][4]) noexcept {
+// starts at +0 never becomes -0 under round-to-nearest. E: the records' element, float or a 16-bit
+// type (max_bound16), read as record_value reads it.
+template <int N, class E>
+SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const E* const (&lo)[N], const E* const (&hi)[N],
+                                  std::int32_t head_dim, float (&out)[N][4]) noexcept {
 #if defined(SKIM_DETAIL_WIDE_DOTS)
-  if constexpr (N % wide::R == 0) {
+  if constexpr (N % wide::R == 0 && wide::reads<E>) {
     wide::bound_dots4<N>(q4, lo, hi, head_dim, out);
     return;
   }
@@ -163,7 +165,7 @@ SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const float* co
     std::memcpy(&qi, q4 + 4 * std::int64_t{i}, sizeof qi);
     const mask take_l = qi < lanes{0.0f, 0.0f, 0.0f, 0.0f};  // all ones where q < 0: there q·l >= q·h
     for (int n = 0; n < N; ++n) {
-      const float l = lo[n][i], h = hi[n][i];
+      const float l = record_value(lo[n], i), h = record_value(hi[n], i);
       // l where q < 0, else h (vector casts keep the bits)
       const lanes x = (lanes)(((mask)lanes{l, l, l, l} & take_l) | ((mask)lanes{h, h, h, h} & ~take_l));
       acc[n] += product(qi, x);
@@ -179,7 +181,8 @@ SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const float* co
   for (std::int32_t i = 0; i < head_dim; ++i) {
     for (int n = 0; n < N; ++n) {
       for (int g = 0; g < 4; ++g) {
-        const float a = product(q4[4 * i + g], lo[n][i]), b = product(q4[4 * i + g], hi[n][i]);
+        const float a = product(q4[4 * i + g], record_value(lo[n], i));
+        const float b = product(q4[4 * i + g], record_value(hi[n], i));
         out[n][g] += a > b ? a : b;
       }
     }
