@@ -48,6 +48,8 @@
 
 #include "common.hpp"
 #include "skim/decode_step.hpp"
+#include "skim/summarize/max_bound.hpp"
+#include "skim/summarize/max_bound16.hpp"
 #include "skim/summarize/mean_pool.hpp"
 #include "sparse_step.hpp"
 
@@ -58,6 +60,16 @@ using kv_type = skim::half;
 
 constexpr std::int32_t heads_q = 8, heads_kv = 2, dim = 128, block_q = 64, block_kv = 64;
 constexpr std::int32_t chunk = 512;  // prefill queries per step
+
+// A decode step of one layer of a model starts from caches the other layers have just filled: its
+// summaries and K/V come from DRAM. The rows ending in /cold time that step: before each one,
+// untimed, a 64 MiB read (twice the L3 of the machines docs/performance.md reports) evicts them.
+void evict_caches() {
+  static const std::vector<std::uint64_t> junk(std::size_t{64} << 17, 1);  // 64 MiB
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < junk.size(); i += 8) sum += junk[i];  // one read per 64-byte line
+  benchmark::DoNotOptimize(sum);
+}
 
 // K/V live in skim::host_buffer, as an engine's cache should (huge pages where the kernel gives
 // them; docs/performance.md, "CPU: huge pages"): the sparse and the dense rows read the same buffers.
@@ -130,7 +142,8 @@ void sparse(benchmark::State& state, int threads, kv_layout layout, std::int32_t
   }
 }
 
-void dense(benchmark::State& state, int threads, kv_layout layout, std::int32_t n, std::int32_t queries) {
+void dense(benchmark::State& state, int threads, kv_layout layout, std::int32_t n, std::int32_t queries,
+           bool cold = false) {
   tensors& d = data(n, queries);
   const std::int32_t cu_q[2] = {0, queries}, cu_kv[2] = {0, n};
   const skim::problem p = make_problem(cu_q, cu_kv);
@@ -140,6 +153,11 @@ void dense(benchmark::State& state, int threads, kv_layout layout, std::int32_t 
       step_executor{}, p, d.q.data(), d.kv(layout, true), d.kv(layout, false), d.o.data(), threads,
       [](const skim::problem&, int) { return skim::index::causal_all{}; }, thread_split::kv_heads, layout);
   for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      evict_caches();
+      state.ResumeTiming();
+    }
     const skim::status s = job.run();
     if (!s.ok()) {
       state.SkipWithError(s.message());
@@ -160,7 +178,8 @@ void dense(benchmark::State& state, int threads, kv_layout layout, std::int32_t 
 // steps from n - span keys to n, then the summaries of n - span keys are rebuilt, untimed. Budget:
 // 1/share of the blocks at n keys, reserved ones included.
 template <class Summarizer>
-void engine_step(benchmark::State& state, kv_layout layout, std::int32_t n, std::int32_t bk, std::int32_t share) {
+void engine_step(benchmark::State& state, kv_layout layout, std::int32_t n, std::int32_t bk, std::int32_t share,
+                 bool cold = false) {
   constexpr std::int32_t span = 256;
   tensors& d = data(n, 1);
   const std::int32_t blocks = (n + bk - 1) / bk;
@@ -180,10 +199,13 @@ void engine_step(benchmark::State& state, kv_layout layout, std::int32_t n, std:
   if (s.ok()) s = step.prefill(0, kv, len);
   skim::stage_times sum{}, t{};
   for (auto _ : state) {
-    if (len == n) {
+    if (len == n || cold) {
       state.PauseTiming();
-      len = n - span;
-      s = step.prefill(0, kv, len);
+      if (len == n) {
+        len = n - span;
+        s = step.prefill(0, kv, len);
+      }
+      if (cold) evict_caches();
       state.ResumeTiming();
     }
     if (s.ok()) s = step.run(0, q, kv, ++len, o, {}, &t);
@@ -231,11 +253,12 @@ int main(int argc, char** argv) {
                 (name + "/step:sparse" + exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n)).c_str(),
                 [=](benchmark::State& s) { sparse(s, threads, layout, n, queries, share); }));
             if (decode && threads == 1 && n <= 32768) {  // the engine's step (skim::decode_step)
-              const auto engine = [&](const char* summ, std::int32_t bk, auto run) {
+              const auto engine = [&](const char* summ, std::int32_t bk, auto run, bool cold = false) {
                 timing(benchmark::RegisterBenchmark((name + "/step:engine/sum:" + summ + "/bk:" + std::to_string(bk) +
-                                                     exec + "/sel:1/" + std::to_string(share) + "/N:" + std::to_string(n))
+                                                     exec + "/sel:1/" + std::to_string(share) + "/N:" +
+                                                     std::to_string(n) + (cold ? "/cold" : ""))
                                                         .c_str(),
-                                                    [=](benchmark::State& s) { run(s, layout, n, bk, share); }));
+                                                    [=](benchmark::State& s) { run(s, layout, n, bk, share, cold); }));
               };
               if (share == 8 || share == 16) engine("multi_centroid2", 4, engine_step<skim::defaults::summarizer>);
               if (share == 8 && layout == kv_layout::head_major) {
@@ -243,6 +266,14 @@ int main(int argc, char** argv) {
                 engine("mean_pool", 4, engine_step<skim::summarize::mean_pool>);
                 engine("mean_pool", 16, engine_step<skim::summarize::mean_pool>);
                 engine("max_bound", 16, engine_step<skim::summarize::max_bound>);
+                engine("max_bound16", 16, engine_step<skim::summarize::max_bound16<kv_type>>);
+                if (n == 32768) {  // the step as a layer of a model meets it (evict_caches), dense beside it
+                  timing(benchmark::RegisterBenchmark((name + "/step:dense" + exec + "/N:" + std::to_string(n) + "/cold").c_str(),
+                                                      [=](benchmark::State& s) { dense(s, threads, layout, n, queries, true); }));
+                  engine("multi_centroid2", 4, engine_step<skim::defaults::summarizer>, true);
+                  engine("max_bound", 16, engine_step<skim::summarize::max_bound>, true);
+                  engine("max_bound16", 16, engine_step<skim::summarize::max_bound16<kv_type>>, true);
+                }
               }
             }
             if (decode && threads == 1 && (share == 2 || share == 8)) {  // one selection for both kv heads
