@@ -44,6 +44,7 @@
 #include <map>
 #include <utility>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common.hpp"
@@ -116,6 +117,19 @@ tensors& data(std::int32_t keys, std::int32_t queries) {
   return t;
 }
 
+// data(n, 1)'s K or V head-major in bfloat16, converted once: the engine rows over a bf16 cache.
+const skim::host_buffer<skim::bfloat16>& bf16_kv(std::int32_t n, bool key) {
+  static std::map<std::pair<std::int32_t, bool>, skim::host_buffer<skim::bfloat16>> cache;
+  auto [it, added] = cache.try_emplace({n, key});
+  if (added) {
+    const kv_type* x = data(n, 1).kv(kv_layout::head_major, key);
+    it->second = skim::host_buffer<skim::bfloat16>(std::size_t(n) * heads_kv * dim);
+    std::transform(x, x + it->second.size(), it->second.begin(),
+                   [](kv_type e) { return skim::bfloat16::from_float(skim::to_float(e)); });
+  }
+  return it->second;
+}
+
 skim::problem make_problem(const std::int32_t (&cu_q)[2], const std::int32_t (&cu_kv)[2]) {
   return {.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_q = block_q, .block_kv = block_kv,
           .mask = skim::mask_kind::causal, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
@@ -177,7 +191,8 @@ void dense(benchmark::State& state, int threads, kv_layout layout, std::int32_t 
 // that grows by one key a step (the step refuses a key appended twice: its summaries may be sums):
 // steps from n - span keys to n, then the summaries of n - span keys are rebuilt, untimed. Budget:
 // 1/share of the blocks at n keys, reserved ones included.
-template <class Summarizer>
+// T: the cache's element, kv_type or (head-major only) bfloat16 (bf16_kv).
+template <class Summarizer, class T = kv_type>
 void engine_step(benchmark::State& state, kv_layout layout, std::int32_t n, std::int32_t bk, std::int32_t share,
                  bool cold = false) {
   constexpr std::int32_t span = 256;
@@ -187,11 +202,23 @@ void engine_step(benchmark::State& state, kv_layout layout, std::int32_t n, std:
   skim::decode_step<step_executor, Summarizer> step;
   const skim::decode_step_config c{.heads_q = heads_q, .heads_kv = heads_kv, .head_dim = dim, .block_kv = bk,
                                    .max_seqlen_kv = n, .top_k = std::max((blocks + share - 1) / share - reserved, 1)};
-  const auto view = [&](const kv_type* x) {
-    return layout == kv_layout::head_major ? skim::strided_view<const kv_type>::head_major(x, n, heads_kv, dim)
-                                           : skim::strided_view<const kv_type>::token_major(x, n, heads_kv, dim);
+  const auto view = [&](const T* x) {
+    return layout == kv_layout::head_major ? skim::strided_view<const T>::head_major(x, n, heads_kv, dim)
+                                           : skim::strided_view<const T>::token_major(x, n, heads_kv, dim);
   };
-  const skim::contiguous_kv<kv_type> kv{.k = view(d.kv(layout, true)), .v = view(d.kv(layout, false))};
+  const auto source = [&](bool key) {
+    if constexpr (std::is_same_v<T, kv_type>) {
+      return d.kv(layout, key);
+    } else {
+      static_assert(std::is_same_v<T, skim::bfloat16>);
+      return layout == kv_layout::head_major ? bf16_kv(n, key).data() : nullptr;
+    }
+  };
+  if (source(true) == nullptr) {
+    state.SkipWithError("a bf16 cache is head-major only");
+    return;
+  }
+  const skim::contiguous_kv<T> kv{.k = view(source(true)), .v = view(source(false))};
   const std::span<const float> q(d.q.data(), std::size_t(heads_q) * dim);
   const std::span<float> o(d.o.data(), std::size_t(heads_q) * dim);
   skim::status s = step.plan(c);
@@ -219,7 +246,7 @@ void engine_step(benchmark::State& state, kv_layout layout, std::int32_t n, std:
   set_stage_counters(state, sum);
   const double density = static_cast<double>(std::min(c.top_k + reserved, blocks)) / blocks;
   state.counters["density"] = density;
-  set_rate(state, "bytes", density * 2.0 * n * heads_kv * dim * sizeof(kv_type));
+  set_rate(state, "bytes", density * 2.0 * n * heads_kv * dim * sizeof(T));
 }
 
 }  // namespace
@@ -267,12 +294,18 @@ int main(int argc, char** argv) {
                 engine("mean_pool", 16, engine_step<skim::summarize::mean_pool>);
                 engine("max_bound", 16, engine_step<skim::summarize::max_bound>);
                 engine("max_bound16", 16, engine_step<skim::summarize::max_bound16<kv_type>>);
+                engine("max_bound/cache:bf16", 16, engine_step<skim::summarize::max_bound, skim::bfloat16>);
+                engine("max_bound16/cache:bf16", 16,
+                       engine_step<skim::summarize::max_bound16<skim::bfloat16>, skim::bfloat16>);
                 if (n == 32768) {  // the step as a layer of a model meets it (evict_caches), dense beside it
                   timing(benchmark::RegisterBenchmark((name + "/step:dense" + exec + "/N:" + std::to_string(n) + "/cold").c_str(),
                                                       [=](benchmark::State& s) { dense(s, threads, layout, n, queries, true); }));
                   engine("multi_centroid2", 4, engine_step<skim::defaults::summarizer>, true);
                   engine("max_bound", 16, engine_step<skim::summarize::max_bound>, true);
                   engine("max_bound16", 16, engine_step<skim::summarize::max_bound16<kv_type>>, true);
+                  engine("max_bound/cache:bf16", 16, engine_step<skim::summarize::max_bound, skim::bfloat16>, true);
+                  engine("max_bound16/cache:bf16", 16,
+                         engine_step<skim::summarize::max_bound16<skim::bfloat16>, skim::bfloat16>, true);
                 }
               }
             }
