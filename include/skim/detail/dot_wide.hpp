@@ -76,39 +76,46 @@ SKIM_FORCEINLINE fv widen(__m256i x) noexcept {
 template <class E>
 SKIM_FORCEINLINE fv widen(__m128i x) noexcept {
   static_assert(reads<E> && !std::is_same_v<E, float>);
-#if defined(__F16C__) && defined(__AVX2__)
   if constexpr (std::is_same_v<E, half>) {
+#if defined(__F16C__)
     return (fv)_mm256_cvtph_ps(x);
-  } else {
-    return (fv)_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16);
-  }
-#elif defined(__F16C__)
-  return (fv)_mm256_cvtph_ps(x);  // half: reads<bfloat16> needs AVX2
-#elif defined(__AVX2__)
-  return (fv)_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16);  // bfloat16: reads<half> needs F16C
-#else
-  return (fv)_mm256_castps128_ps256(_mm_castsi128_ps(x));  // never called: reads<E> is false for both
 #endif
+  } else {
+#if defined(__AVX2__)
+    return (fv)_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16);
+#endif
+  }
+  static_cast<void>(x);
+  return fv{};  // not reached: reads<E> holds
+}
+#endif
+// Elements [i, i + 8) of a 16-bit row: one 16-byte load.
+template <class E>
+SKIM_FORCEINLINE __m128i eight(const E* row, std::int32_t i) noexcept {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i));
+}
+#if defined(__AVX512F__)
+// [r[0][i, i + 8), r[1][i, i + 8), r[2][i, i + 8), r[3][i, i + 8)] of a 16-bit E as 32 words.
+template <class E>
+SKIM_FORCEINLINE __m512i words8(const E* const* r, std::int32_t i) noexcept {
+  const __m512i w = _mm512_inserti32x4(_mm512_zextsi128_si512(eight(r[0], i)), eight(r[1], i), 1);
+  return _mm512_inserti32x4(_mm512_inserti32x4(w, eight(r[2], i), 2), eight(r[3], i), 3);
 }
 #endif
 // Elements [i, i + 8) of R rows of a 16-bit E as floats: a as rows(r, i) would hold them (each row's
-// first four in turn), b the same of its last four. One 16-byte load per row.
+// first four in turn), b the same of its last four.
 template <class E>
 SKIM_FORCEINLINE void rows8(const E* const* r, std::int32_t i, fv& a, fv& b) noexcept {
   static_assert(reads<E> && !std::is_same_v<E, float>);
-  const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + i));
-  const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + i));
 #if defined(__AVX512F__)
-  __m512i w = _mm512_inserti32x4(_mm512_zextsi128_si512(x0), x1, 1);
-  w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + i)), 2);
-  w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[3] + i)), 3);
   // 64-bit lanes 2k and 2k + 1 hold row k's first and last four: the firsts, then the lasts.
-  w = _mm512_maskz_permutexvar_epi64(0xff, _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), w);
+  const __m512i w = _mm512_maskz_permutexvar_epi64(0xff, _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), words8(r, i));
   typedef long long q8 __attribute__((vector_size(64)));  // halves by shuffles: GCC 12's casts and extracts
   const q8 x = (q8)w;                                    // start from undefined values, which -Wall flags
   a = widen<E>((__m256i)__builtin_shufflevector(x, x, 0, 1, 2, 3));
   b = widen<E>((__m256i)__builtin_shufflevector(x, x, 4, 5, 6, 7));
 #else
+  const __m128i x0 = eight(r[0], i), x1 = eight(r[1], i);
   a = widen<E>(_mm_unpacklo_epi64(x0, x1));
   b = widen<E>(_mm_unpackhi_epi64(x0, x1));
 #endif
@@ -187,13 +194,6 @@ SKIM_FORCEINLINE void add_bounds(fv (&acc)[V], const fv (&l)[V], const fv (&h)[V
 // zero-masked two-source word permute spreads element i + J (J < 8) of words8(lo, i) or of
 // words8(hi, i) over its row's four lanes, picks the bound by q's sign and widens it.
 inline constexpr bool picks_words = true;
-// [r[0][i, i + 8), r[1][i, i + 8), r[2][i, i + 8), r[3][i, i + 8)] as 32 words.
-SKIM_FORCEINLINE __m512i words8(const bfloat16* const* r, std::int32_t i) noexcept {
-  __m512i w = _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + i)));
-  w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + i)), 1);
-  w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + i)), 2);
-  return _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[3] + i)), 3);
-}
 template <int J>
 struct word_pick {
   __m512i index;  // lane 4·r + g's upper word: word 8·r + J of l where q < 0, else of h (32 more)
