@@ -23,7 +23,13 @@
 //                                                           1/S of the blocks, N <= 32768: skim::defaults
 //                                                           (M multi_centroid2, B 4; S = 8, 16, both layouts),
 //                                                           and at S = 8, HND, the other summaries and block
-//                                                           sizes of docs/quality-kcode.md's rows
+//                                                           sizes of docs/quality-kcode.md's rows, max_bound16
+//                                                           beside max_bound, and both over a bf16 cache
+//                                                           (M …/cache:bf16)
+//   …/N:32768/cold                                          a step after a 64 MiB read evicts its data
+//                                                           (evict_caches), as a model's layer meets it:
+//                                                           dense and the engine's defaults, max_bound and
+//                                                           max_bound16 (one thread, HND)
 // kv:L is the K/V layout both rows of a pair read: HND (head-major [heads_kv, tokens, dim]) or
 // NHD (token-major [tokens, heads_kv, dim]), the same values in either (so their coverage agrees); decode runs both (the sparse step's selections are per
 // kv head, and on NHD a per-head read uses half of every line pair the hardware pulls in:
