@@ -190,4 +190,63 @@ SKIM_FORCEINLINE void bound_dots4(const float* SKIM_RESTRICT q4, const E* const 
 #endif
 }
 
+// max_bound's scores over a record's rows lo and hi of E (max_bound's floats, max_bound16's 16-bit
+// values), read as record_value reads them: bound_score is max_bound::score, bound_score4 its score4
+// (queries q + g·stride, four sums side by side, each in score()'s order) and bound_scores4 its
+// score4_blocks (bound_dots4). A record whose first minimum exceeds its first maximum holds no key:
+// -inf for every query.
+template <class E>
+[[nodiscard]] SKIM_FORCEINLINE bool bound_empty(const E* lo, const E* hi, std::int32_t head_dim) noexcept {
+  return head_dim > 0 && record_value(lo, 0) > record_value(hi, 0);
+}
+template <class E>
+[[nodiscard]] float bound_score(const E* lo, const E* hi, const float* q, std::int32_t head_dim) noexcept {
+  if (bound_empty(lo, hi, head_dim)) return neg_inf;
+  float acc = 0.0f;
+  for (std::int32_t i = 0; i < head_dim; ++i) {
+    const float a = product(q[i], record_value(lo, i));
+    const float b = product(q[i], record_value(hi, i));
+    acc += a > b ? a : b;
+  }
+  return acc;
+}
+template <class E>
+void bound_score4(const E* lo, const E* hi, const float* q, std::int64_t stride, std::int32_t head_dim,
+                  float* out) noexcept {
+  if (bound_empty(lo, hi, head_dim)) {
+    for (int g = 0; g < 4; ++g) out[g] = neg_inf;
+    return;
+  }
+  const float* q0 = q;
+  const float* q1 = q + stride;
+  const float* q2 = q + 2 * stride;
+  const float* q3 = q + 3 * stride;
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+  for (std::int32_t i = 0; i < head_dim; ++i) {
+    const float l = record_value(lo, i), h = record_value(hi, i);
+    const float x0 = product(q0[i], l), y0 = product(q0[i], h);
+    const float x1 = product(q1[i], l), y1 = product(q1[i], h);
+    const float x2 = product(q2[i], l), y2 = product(q2[i], h);
+    const float x3 = product(q3[i], l), y3 = product(q3[i], h);
+    a0 += x0 > y0 ? x0 : y0;
+    a1 += x1 > y1 ? x1 : y1;
+    a2 += x2 > y2 ? x2 : y2;
+    a3 += x3 > y3 ? x3 : y3;
+  }
+  out[0] = a0;
+  out[1] = a1;
+  out[2] = a2;
+  out[3] = a3;
+}
+template <int B, class E>
+void bound_scores4(const E* const (&lo)[B], const E* const (&hi)[B], const float* q4, std::int32_t head_dim,
+                   float* out) noexcept {
+  float s[B][4];
+  bound_dots4<B>(q4, lo, hi, head_dim, s);
+  for (int b = 0; b < B; ++b) {
+    const bool empty = bound_empty(lo[b], hi[b], head_dim);
+    for (int g = 0; g < 4; ++g) out[4 * b + g] = empty ? neg_inf : s[b][g];
+  }
+}
+
 }  // namespace skim::summarize::detail

@@ -156,16 +156,22 @@ SKIM_FORCEINLINE fv queries(const float* q4i) noexcept {
 // element i + J of rows(lo, i) (l) and rows(hi, i) (h). The bound is chosen before the one multiply:
 // the same bits as choosing between the two products. With AVX-512 one two-source shuffle spreads
 // the element and chooses the bound at once (its indices: from l where q < 0, else from h).
+#if defined(__AVX512F__)
+// A permute's indices: from_l in the lanes where q < 0, from_l + to_h in the others.
+SKIM_FORCEINLINE __m512i pick_index(fv q, __m512i from_l, int to_h) noexcept {
+  const __m512i from_h = _mm512_add_epi32(from_l, _mm512_set1_epi32(to_h));
+  return _mm512_mask_mov_epi32(from_h, _mm512_cmp_ps_mask((__m512)q, _mm512_setzero_ps(), _CMP_LT_OQ), from_l);
+}
+#endif
 template <int J>
 struct bound_pick {
 #if defined(__AVX512F__)
   __m512i index;
-  SKIM_FORCEINLINE explicit bound_pick(fv q) noexcept {
-    const __m512i from_l = _mm512_setr_epi32(J, J, J, J, 4 + J, 4 + J, 4 + J, 4 + J, 8 + J, 8 + J, 8 + J, 8 + J,
-                                             12 + J, 12 + J, 12 + J, 12 + J);
-    const __m512i from_h = _mm512_add_epi32(from_l, _mm512_set1_epi32(16));
-    index = _mm512_mask_mov_epi32(from_h, _mm512_cmp_ps_mask((__m512)q, _mm512_setzero_ps(), _CMP_LT_OQ), from_l);
-  }
+  SKIM_FORCEINLINE explicit bound_pick(fv q) noexcept
+      : index(pick_index(q,
+                         _mm512_setr_epi32(J, J, J, J, 4 + J, 4 + J, 4 + J, 4 + J, 8 + J, 8 + J, 8 + J, 8 + J, 12 + J,
+                                           12 + J, 12 + J, 12 + J),
+                         16)) {}
   SKIM_FORCEINLINE fv operator()(fv l, fv h) const noexcept {
     return (fv)_mm512_permutex2var_ps((__m512)l, index, (__m512)h);
   }
@@ -197,12 +203,9 @@ inline constexpr bool picks_words = true;
 template <int J>
 struct word_pick {
   __m512i index;  // lane 4·r + g's upper word: word 8·r + J of l where q < 0, else of h (32 more)
-  SKIM_FORCEINLINE explicit word_pick(fv q) noexcept {
-    constexpr int a = J << 16, b = (8 + J) << 16, c = (16 + J) << 16, d = (24 + J) << 16;
-    const __m512i from_l = _mm512_setr_epi32(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d);
-    const __m512i from_h = _mm512_add_epi32(from_l, _mm512_set1_epi32(32 << 16));
-    index = _mm512_mask_mov_epi32(from_h, _mm512_cmp_ps_mask((__m512)q, _mm512_setzero_ps(), _CMP_LT_OQ), from_l);
-  }
+  static constexpr int a = J << 16, b = (8 + J) << 16, c = (16 + J) << 16, d = (24 + J) << 16;
+  SKIM_FORCEINLINE explicit word_pick(fv q) noexcept
+      : index(pick_index(q, _mm512_setr_epi32(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d), 32 << 16)) {}
   SKIM_FORCEINLINE fv operator()(__m512i l, __m512i h) const noexcept {
     return (fv)_mm512_maskz_permutex2var_epi16(0xaaaaaaaau, l, index, h);  // lower words zero
   }

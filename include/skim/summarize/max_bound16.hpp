@@ -24,7 +24,6 @@
 #include "skim/concepts/summarizer.hpp"
 #include "skim/core/dtypes.hpp"
 #include "skim/detail/dot.hpp"
-#include "skim/detail/product.hpp"
 #include "skim/detail/record_value.hpp"
 
 namespace skim::summarize {
@@ -67,38 +66,13 @@ struct max_bound16 {
   template <class Keys>
   static void complete_block(float*, const Keys&, std::int32_t, std::int32_t, float*) noexcept {}
 
-  // max_bound::score over the record's values (the same operations in the same order).
+  // max_bound::score and score4 over the record's values (the same operations in the same order).
   [[nodiscard]] static float score(const float* record, const float* q, std::int32_t head_dim) noexcept {
-    const R* lo = lows(record);
-    const R* hi = highs(record, head_dim);
-    if (head_dim > 0 && detail::record_value(lo, 0) > detail::record_value(hi, 0)) return detail::neg_inf;
-    float acc = 0.0f;
-    for (std::int32_t i = 0; i < head_dim; ++i) {
-      const float a = detail::product(q[i], detail::record_value(lo, i));
-      const float b = detail::product(q[i], detail::record_value(hi, i));
-      acc += a > b ? a : b;
-    }
-    return acc;
+    return detail::bound_score(lows(record), highs(record, head_dim), q, head_dim);
   }
-
-  // score() for the four queries q + g·stride, g = 0..3: the same bits, four sums side by side.
   static void score4(const float* record, const float* q, std::int64_t stride, std::int32_t head_dim,
                      float* out) noexcept {
-    const R* lo = lows(record);
-    const R* hi = highs(record, head_dim);
-    if (head_dim > 0 && detail::record_value(lo, 0) > detail::record_value(hi, 0)) {
-      for (int g = 0; g < 4; ++g) out[g] = detail::neg_inf;
-      return;
-    }
-    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (std::int32_t i = 0; i < head_dim; ++i) {
-      const float l = detail::record_value(lo, i), h = detail::record_value(hi, i);
-      for (int g = 0; g < 4; ++g) {
-        const float x = detail::product(q[g * stride + i], l), y = detail::product(q[g * stride + i], h);
-        a[g] += x > y ? x : y;
-      }
-    }
-    for (int g = 0; g < 4; ++g) out[g] = a[g];
+    detail::bound_score4(lows(record), highs(record, head_dim), q, stride, head_dim, out);
   }
 
   // score4() of B records, the queries interleaved (detail::interleave4): out[4·b + g], the same bits,
@@ -113,12 +87,7 @@ struct max_bound16 {
       lo[b] = lows(records[b]);
       hi[b] = highs(records[b], head_dim);
     }
-    float s[B][4];
-    detail::bound_dots4<B>(q4, lo, hi, head_dim, s);
-    for (int b = 0; b < B; ++b) {
-      const bool empty = head_dim > 0 && detail::record_value(lo[b], 0) > detail::record_value(hi[b], 0);
-      for (int g = 0; g < 4; ++g) out[4 * b + g] = empty ? detail::neg_inf : s[b][g];
-    }
+    detail::bound_scores4<B>(lo, hi, q4, head_dim, out);
   }
 
   // The nearest R value at or below x (round_down) and at or above it (round_up); x not NaN.
