@@ -6,8 +6,9 @@
 // summarizer, by default; or device_max_bound<TS>, TS float, K's 16-bit type, or over a quantised
 // cache its codes' type), the selection table, the router's scores and the decode workspace — inside
 // device memory the engine gives it, and runs the step as two launches on the engine's stream (three
-// over multi_centroid summaries, whose append is a launch of its own): the score kernel, then decode,
-// whose CTAs select their own rows (decode_router::routed(): no select launch):
+// over multi_centroid summaries, whose append is a launch of its own): the score kernel, which also
+// keeps each tile's best candidates, then decode, whose CTAs select their own rows from them
+// (decode_router::score_routed(): no select launch):
 //
 //   skim::cuda::decode_step<skim::bfloat16> step;
 //   std::byte* memory;  // cudaMalloc(&memory, step.device_bytes(config)), once
@@ -126,10 +127,8 @@ class decode_step {
     SKIM_TRY(check_planned());
     const decode_route_args<T, summary_value_type, Summaries> route{
         .prob = prob_, .q = q, .summaries = summaries_, .index = table_};
-    const std::span<float> scores = decode_router::scores_in(route_ws_, prob_);
-    SKIM_TRY(router_.score(route, kv, scores, stream));
     device_routed_table routed;
-    SKIM_TRY(router_.routed(prob_, scores, table_, routed));
+    SKIM_TRY(router_.score_routed(route, kv, route_ws_, routed, stream));
     const device_attention_args<T, KV, device_routed_table, TO> attend{
         .prob = prob_, .q = q, .kv = kv, .index = routed, .o = o, .lse = lse};
     return decode_.run(attend, decode_ws_, stream);

@@ -197,7 +197,7 @@ TEST_CASE("docs small: docs/cuda.md's decode steps run (facade in a graph, parts
     bfloat16* d_hi = hi.data();
     std::int32_t* d_ids = ids.data();
     std::int32_t* d_count = count.data();
-    tc::buffer<std::byte> route_memory(std::size_t(8) * prob.max_kv_blocks() * 4);
+    tc::buffer<std::byte> route_memory(std::size_t(8) * (prob.max_kv_blocks() * 4 + 2048));  // scores, candidates
     tc::buffer<std::byte> decode_memory(std::size_t(1) << 22);
     const std::span<std::byte> route_ws = route_memory.bytes(route_memory.size());
     const std::span<std::byte> decode_ws = decode_memory.bytes(decode_memory.size());
@@ -223,11 +223,10 @@ TEST_CASE("docs small: docs/cuda.md's decode steps run (facade in a graph, parts
       REQUIRE(route_ws.size() >= router.workspace_bytes(prob));
       REQUIRE(decode_ws.size() >= attend.workspace_bytes(prob, table.width));
       // snippet begin
-      // Or two launches: the router only scores, and decode selects each row as it reads it.
-      const std::span<float> scores = router.scores_in(route_ws, prob);
-      sc::device_routed_table routed;                             // the table, the scores, the selection
-      SKIM_TRY(router.routed(prob, scores, table, routed));
-      SKIM_TRY(router.score(route, kv, scores, stream));
+      // Or two launches: the router scores, each score CTA keeping its tile's best candidates, and
+      // decode selects each row among them as it reads it.
+      sc::device_routed_table routed;                             // the table, the candidates, the selection
+      SKIM_TRY(router.score_routed(route, kv, route_ws, routed, stream));
       const sc::device_attention_args<skim::bfloat16, kv_t, sc::device_routed_table, skim::bfloat16> fused{
           .prob = prob, .q = q_view, .kv = kv, .index = routed, .o = o_view};
       SKIM_TRY(attend.run(fused, decode_ws, stream));

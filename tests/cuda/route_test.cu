@@ -549,11 +549,12 @@ void check_route(const case_spec& s, const sc::decode_router& router, std::mt199
   expect_cpu_route(dd, full);
 }
 
-// decode_router::routed(): decode's split kernels select each row where they read it (no select
-// launch). The table they write must be select()'s, bit for bit (and the CPU pipeline's:
-// expect_cpu_route), and the output decode's over select()'s table, bit for bit: both split kernels,
-// whole rows and split rows (cluster merge, merge kernel), contiguous or paged K/V (V = K here). The
-// table is poisoned before every routed run, so each run must write it; O must be written everywhere.
+// decode_router::routed() and score_routed(): decode's split kernels select each row where they read
+// it (no select launch), from the scores or from the candidates the score kernel kept. The table they
+// write must be select()'s, bit for bit (and the CPU pipeline's: expect_cpu_route), and the output
+// decode's over select()'s table, bit for bit: both split kernels, whole rows and split rows (cluster
+// merge, merge kernel), contiguous or paged K/V (V = K here). The table is poisoned before every
+// routed run, so each run must write it; O must be written everywhere.
 template <class T>
 void check_routed(const case_spec& s, const sc::decode_router& router, std::mt19937& rng) {
   using skim::cuda::decode;
@@ -571,8 +572,11 @@ void check_routed(const case_spec& s, const sc::decode_router& router, std::mt19
   const sc::mutable_device_block_table selected{.ids = ids.data(), .count = count.data(), .width = dd.width,
                                                 .rows = dd.rows};
   SKIM_REQUIRE_OK(router.select(p, scores, selected, nullptr));
-  sc::device_routed_table routed;
+  sc::device_routed_table routed, kept;
   SKIM_REQUIRE_OK(router.routed(p, scores, dd.args().index, routed));
+  SKIM_REQUIRE_OK(router.score_routed(dd.args(), dd.workspace.bytes(dd.workspace.size()), kept, nullptr));
+  CHECK((kept.candidates != nullptr) == (router.candidate_stride(p) > 0));
+  CHECK(kept.scores == routed.scores);
   SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
   const std::vector<std::int32_t> want_ids = ids.download(), want_count = count.download();
 
@@ -610,22 +614,25 @@ void check_routed(const case_spec& s, const sc::decode_router& router, std::mt19
         dec.merge_in_cluster = cluster;
         const result want = attend(dec, sc::device_block_table(selected));
         CHECK(dd.error_bits() == 0);
-        SKIM_CUDA_REQUIRE(cudaMemset(dd.ids.data(), 0xff, dd.ids.size() * sizeof(std::int32_t)));
-        SKIM_CUDA_REQUIRE(cudaMemset(dd.count.data(), 0xff, dd.count.size() * sizeof(std::int32_t)));
-        const result got = attend(dec, routed);
-        CHECK(dd.error_bits() == 0);
-        CHECK(dd.ids.download() == want_ids);
-        CHECK(dd.count.download() == want_count);
-        std::int64_t differ = 0, unwritten = 0;
-        for (std::size_t i = 0; i < static_cast<std::size_t>(tokens_q) * p.heads_q * p.head_dim; ++i) {
-          differ += bits_of(got.o[i]) != bits_of(want.o[i]);
-          unwritten += std::isnan(to_float(got.o[i]));
+        for (const sc::device_routed_table& table : {routed, kept}) {
+          INFO(std::string(table.candidates != nullptr ? "from the kept candidates" : "from the scores"));
+          SKIM_CUDA_REQUIRE(cudaMemset(dd.ids.data(), 0xff, dd.ids.size() * sizeof(std::int32_t)));
+          SKIM_CUDA_REQUIRE(cudaMemset(dd.count.data(), 0xff, dd.count.size() * sizeof(std::int32_t)));
+          const result got = attend(dec, table);
+          CHECK(dd.error_bits() == 0);
+          CHECK(dd.ids.download() == want_ids);
+          CHECK(dd.count.download() == want_count);
+          std::int64_t differ = 0, unwritten = 0;
+          for (std::size_t i = 0; i < static_cast<std::size_t>(tokens_q) * p.heads_q * p.head_dim; ++i) {
+            differ += bits_of(got.o[i]) != bits_of(want.o[i]);
+            unwritten += std::isnan(to_float(got.o[i]));
+          }
+          for (std::size_t i = 0; i < static_cast<std::size_t>(tokens_q) * p.heads_q; ++i) {
+            differ += bits_of(got.lse[i]) != bits_of(want.lse[i]);
+          }
+          CHECK_MESSAGE(differ == 0, differ, " output elements differ from decode over select()'s table");
+          CHECK_MESSAGE(unwritten == 0, unwritten, " output elements unwritten (NaN poison)");
         }
-        for (std::size_t i = 0; i < static_cast<std::size_t>(tokens_q) * p.heads_q; ++i) {
-          differ += bits_of(got.lse[i]) != bits_of(want.lse[i]);
-        }
-        CHECK_MESSAGE(differ == 0, differ, " output elements differ from decode over select()'s table");
-        CHECK_MESSAGE(unwritten == 0, unwritten, " output elements unwritten (NaN poison)");
       }
     }
   }
@@ -1060,9 +1067,38 @@ __global__ void select_rows_kernel(sc::device_problem p, const float* scores, co
   if (threadIdx.x == 0) t.count[row] = count;
 }
 
+// The selection in two halves: keep_tile_candidates in CTAs of a tile (grid: tiles, rows), as the
+// score kernel runs it, then select_candidates in CTAs of Threads threads, one row each.
+__global__ void keep_tiles_kernel(const float* scores, const std::int32_t* visible,
+                                  sc::detail::route_impl::select_params sp, int slots, std::int64_t cand_stride,
+                                  std::uint64_t* cands) {
+  namespace impl = sc::detail::route_impl;
+  __shared__ impl::tile_scratch scratch;
+  const int row = static_cast<int>(blockIdx.y);
+  const int j0 = static_cast<int>(blockIdx.x) * impl::candidate_tile;
+  const int id = j0 + static_cast<int>(threadIdx.x);
+  const impl::row_plan plan = impl::plan_row(visible[row], sp);
+  if (!impl::chooses(plan) || j0 >= plan.bb || j0 + impl::candidate_tile <= plan.a) return;
+  const float x = id < sp.stride ? scores[row * sp.stride + id] : 1.0f;  // past the row: not a candidate
+  impl::keep_tile_candidates(x, id, plan, slots, cands + row * cand_stride + blockIdx.x * slots, scratch);
+}
+template <int Threads>
+__global__ void select_candidates_kernel(const std::int32_t* visible, sc::detail::route_impl::select_params sp,
+                                         const std::uint64_t* cands, int slots, std::int64_t cand_stride,
+                                         sc::mutable_device_block_table t) {
+  namespace impl = sc::detail::route_impl;
+  extern __shared__ std::uint64_t select_cands[];
+  __shared__ impl::select_scratch scratch;
+  const int row = static_cast<int>(blockIdx.x);
+  const int count = impl::select_candidates<Threads>(impl::plan_row(visible[row], sp), cands + row * cand_stride, slots,
+                                                     t.ids + row * t.width, t.width, select_cands, scratch);
+  if (threadIdx.x == 0) t.count[row] = count;
+}
+
 // select_row at every CTA size against the CPU selector: rows up to 3000 candidates (several a thread
 // below 1024 threads), scores on a few levels (ties) or spread (few), with NaN, infinities and signed
-// zeros, every k from 0 to 20.
+// zeros, every k from 0 to 20. The same for the two halves (select_candidates at 32 to 256 threads
+// over up to 24 tiles' candidates; slots never written by a tile poisoned).
 TEST_CASE("route small select: select_row in CTAs of 32 to 1024 threads selects the CPU's ids") {
   namespace impl = sc::detail::route_impl;
   seeded(12, [&](std::mt19937& rng, int iteration) {
@@ -1117,6 +1153,29 @@ TEST_CASE("route small select: select_row in CTAs of 32 to 1024 threads selects 
     check(select_rows_kernel<128>, 128);
     check(select_rows_kernel<32>, 32);
     check(select_rows_kernel<impl::select_threads>, impl::select_threads);
+
+    const int slots = impl::candidate_slots(selector.dynamic.k);
+    const std::int64_t tiles = (stride + impl::candidate_tile - 1) / impl::candidate_tile;
+    const std::int64_t cand_stride = tiles * slots;
+    buffer<std::uint64_t> cands(static_cast<std::size_t>(std::max<std::int64_t>(rows * cand_stride, 1)));
+    const auto check_halves = [&](auto kernel, int threads) {
+      INFO("two halves, ", threads, " threads");
+      SKIM_CUDA_REQUIRE(cudaMemset(cands.data(), 0x5a, cands.size() * sizeof(std::uint64_t)));
+      SKIM_CUDA_REQUIRE(cudaMemset(ids.data(), 0x7f, ids.size() * sizeof(std::int32_t)));
+      SKIM_CUDA_REQUIRE(cudaMemset(count.data(), 0x7f, count.size() * sizeof(std::int32_t)));
+      keep_tiles_kernel<<<dim3(static_cast<unsigned>(tiles), rows), impl::candidate_tile>>>(
+          d_scores.data(), d_visible.data(), sp, slots, cand_stride, cands.data());
+      SKIM_CUDA_REQUIRE(cudaGetLastError());
+      kernel<<<rows, threads, impl::candidate_entries(cand_stride) * sizeof(std::uint64_t)>>>(
+          d_visible.data(), sp, cands.data(), slots, cand_stride, t);
+      SKIM_CUDA_REQUIRE(cudaGetLastError());
+      SKIM_CUDA_REQUIRE(cudaDeviceSynchronize());
+      CHECK(ids.download() == cpu_ids);
+      CHECK(count.download() == cpu_count);
+    };
+    check_halves(select_candidates_kernel<256>, 256);
+    check_halves(select_candidates_kernel<128>, 128);
+    check_halves(select_candidates_kernel<32>, 32);
   });
 }
 
@@ -1358,8 +1417,8 @@ TEST_CASE("route small routed table: bad input rejected on the host") {
   REQUIRE(scores.size() == static_cast<std::size_t>(router.score_floats(p)));
   REQUIRE(static_cast<const void*>(scores.data()) == static_cast<const void*>(ws.data()));
   SKIM_REQUIRE_OK(dd.build());
-  // A workspace one float short gives a span one float short, which score() refuses.
-  const std::span<float> short_scores = router.scores_in(ws.first(ws.size() - sizeof(float)), p);
+  // A workspace one float short of the scores gives a span one float short, which score() refuses.
+  const std::span<float> short_scores = router.scores_in(ws.first(scores.size_bytes() - sizeof(float)), p);
   CHECK(short_scores.size() == scores.size() - 1);
   CHECK(router.score(dd.args(), short_scores, nullptr).code() == status_code::shape_mismatch);
   SKIM_REQUIRE_OK(router.score(dd.args(), scores, nullptr));
@@ -1395,6 +1454,20 @@ TEST_CASE("route small routed table: bad input rejected on the host") {
   CHECK(run(p, bad) == status_code::invalid_argument);
   bad = rt;
   bad.select.k = -1;
+  CHECK(run(p, bad) == status_code::invalid_argument);
+  // score_routed(): the workspace holds the kept candidates too (k 2 over 7 blocks: one tile's 2 slots).
+  sc::device_routed_table kept;
+  REQUIRE(router.candidate_stride(p) == 2);
+  CHECK(router.score_routed(dd.args(), ws.first(ws.size() - 1), kept, nullptr).code() ==
+        status_code::workspace_too_small);
+  SKIM_REQUIRE_OK(router.score_routed(dd.args(), ws, kept, nullptr));
+  REQUIRE(kept.candidates != nullptr);
+  CHECK(run(p, kept) == status_code::ok);
+  bad = kept;
+  bad.slots = 3;  // not candidate_slots(k)
+  CHECK(run(p, bad) == status_code::invalid_argument);
+  bad = kept;
+  bad.candidate_stride = 1;  // fewer than a row's tiles hold
   CHECK(run(p, bad) == status_code::invalid_argument);
   sc::device_problem speculative = p;
   speculative.max_seqlen_q = 2;

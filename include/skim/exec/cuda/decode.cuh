@@ -296,8 +296,8 @@ struct decode {
       return status::error(status_code::unsupported, "cuda::decode: a routed table needs max_seqlen_q <= 1, not %d",
                            p.max_seqlen_q);
     }
-    if (index.scores == nullptr && p.max_kv_blocks() > 0 && index.table.rows > 0) {
-      return status::error(status_code::invalid_argument, "cuda::decode: routed table's scores are null");
+    if (index.scores == nullptr && index.candidates == nullptr && p.max_kv_blocks() > 0 && index.table.rows > 0) {
+      return status::error(status_code::invalid_argument, "cuda::decode: routed table's scores and candidates are null");
     }
     const std::int32_t most = skim::cuda::detail::route_impl::plan_row(p.max_kv_blocks(), index.select).count;
     if (index.table.width < most) {
@@ -308,7 +308,7 @@ struct decode {
       return status::error(status_code::shape_mismatch, "cuda::decode: routed table's score rows of %lld floats < %d "
                            "kv blocks", static_cast<long long>(index.select.stride), p.max_kv_blocks());
     }
-    const std::size_t need = skim::cuda::device_routed_table::scratch_bytes(index.table.width, p.max_kv_blocks());
+    const std::size_t need = index.scratch_bytes(p.max_kv_blocks());
     if (need > detail::decode_impl::kv_bytes) {
       return status::error(status_code::unsupported, "cuda::decode: selecting %d ids of %d kv blocks needs %zu bytes "
                            "of shared memory > %zu", index.table.width, p.max_kv_blocks(), need,

@@ -220,9 +220,10 @@ __device__ __forceinline__ skim::cuda::device_block_table::span row_span(const I
 }
 
 // The row a split kernel reads. A device_routed_table's row is selected here by the whole CTA
-// (select/cuda/select_kernel.cuh's select_row: the select kernel's ids, bit for bit) into shared memory at
-// `scratch` (device_routed_table::scratch_bytes, 16-byte aligned, free until the kernel's first
-// barrier after check_ids), and split 0 writes it to the table for the merge kernel and the engine.
+// (select/cuda/select_kernel.cuh's select_row over the scores, or select_candidates over the score
+// kernel's candidates: the select kernel's ids, bit for bit) into shared memory at `scratch`
+// (device_routed_table::scratch_bytes, 16-byte aligned, free until the kernel's first barrier after
+// check_ids), and split 0 writes it to the table for the merge kernel and the engine.
 // Every other index: row_span. @pre called by all threads of the CTA (barriers inside for a routed
 // table), before anything else uses `scratch`
 template <class Index>
@@ -239,9 +240,15 @@ __device__ __forceinline__ skim::cuda::device_block_table::span split_row_span(c
     using routed = skim::cuda::device_routed_table;
     auto& s = *reinterpret_cast<impl::select_scratch*>(scratch);
     std::int32_t* const ids = reinterpret_cast<std::int32_t*>(scratch + routed::ids_offset);
-    std::uint32_t* const keys = reinterpret_cast<std::uint32_t*>(scratch + routed::keys_offset(t.width));
-    const int count = impl::select_row<threads, false>(p, index.scores, u.seq, static_cast<int>(blockIdx.y), plan,
-                                                       index.select, ids, t.width, keys, s);
+    unsigned char* const keys = scratch + routed::keys_offset(t.width);
+    const int h = static_cast<int>(blockIdx.y);
+    const int count =
+        index.candidates != nullptr
+            ? impl::select_candidates<threads>(
+                  plan, index.candidates + (static_cast<std::int64_t>(u.seq) * p.index_heads() + h) * index.candidate_stride,
+                  index.slots, ids, t.width, reinterpret_cast<std::uint64_t*>(keys), s)
+            : impl::select_row<threads, false>(p, index.scores, u.seq, h, plan, index.select, ids, t.width,
+                                               reinterpret_cast<std::uint32_t*>(keys), s);
     __syncthreads();  // the row's ids are complete
     if (split == 0) {
       for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < t.width; i += threads) {

@@ -94,9 +94,22 @@ struct decode_router {
     if (p.block_kv <= 0 || p.max_seqlen_kv < 0 || p.batch < 0 || p.heads_q < 0 || p.heads_kv < 0) return 0;
     return static_cast<std::int64_t>(p.batch) * p.index_heads() * p.max_kv_blocks();
   }
-  // Device workspace of run(): the scores (aligned to workspace_alignment).
+  // Candidates a row's tiles keep in score_routed() for decode's selection: the tiles of a row times
+  // candidate_slots(k), or 0 where score_routed() keeps none (share_heads, k 0, or more than
+  // max_row_candidates: decode ranks each kept candidate against all, so the cost grows as their square,
+  // and such rows are selected from the scores instead).
+  static constexpr std::int32_t max_row_candidates = 256;
+  [[nodiscard]] std::int64_t candidate_stride(const device_problem& p) const noexcept {
+    if (share_heads || p.block_kv <= 0 || p.max_seqlen_kv < 0) return 0;
+    const std::int64_t tiles = (p.max_kv_blocks() + detail::route_impl::candidate_tile - 1) / detail::route_impl::candidate_tile;
+    const std::int64_t m = tiles * detail::route_impl::candidate_slots(selector.dynamic.k);
+    return m <= max_row_candidates ? m : 0;
+  }
+  // Device workspace of run() and score_routed(): the scores, then (from a 16-byte boundary) the
+  // candidates where score_routed() keeps them (aligned to workspace_alignment).
   [[nodiscard]] std::size_t workspace_bytes(const device_problem& p) const noexcept {
-    return static_cast<std::size_t>(score_floats(p)) * sizeof(float);
+    const std::int64_t rows = score_floats(p) > 0 ? static_cast<std::int64_t>(p.batch) * p.index_heads() : 0;
+    return candidates_offset(p) + static_cast<std::size_t>(rows * candidate_stride(p)) * sizeof(std::uint64_t);
   }
   // The scores inside a workspace of workspace_bytes(p): what score() writes and select() or
   // routed() read when a caller runs the stages itself. A shorter workspace gives a shorter span,
@@ -162,6 +175,14 @@ struct decode_router {
   template <class TQ, class TS, class S, class KV>
   [[nodiscard]] status score(const decode_route_args<TQ, TS, S>& a, const KV& kv, std::span<float> scores,
                              cudaStream_t stream) const noexcept {
+    return score(a, kv, scores, stream, nullptr);
+  }
+
+ private:
+  // score(), and where `keep` holds candidates, the tiles' kept candidates (score_routed()).
+  template <class TQ, class TS, class S, class KV>
+  [[nodiscard]] status score(const decode_route_args<TQ, TS, S>& a, const KV& kv, std::span<float> scores,
+                             cudaStream_t stream, const device_routed_table* keep) const noexcept {
     static_assert(std::is_same_v<TQ, float> || is_device_element_v<TQ>, "Q is float, half or bfloat16");
     static_assert(!is_device_multi_centroid_v<S> || std::is_same_v<TS, float>, "multi_centroid records are float");
     namespace impl = detail::route_impl;
@@ -170,7 +191,7 @@ struct decode_router {
     if constexpr (is_device_multi_centroid_v<S> && !std::is_same_v<KV, impl::no_append>) {
       SKIM_TRY(check_scores(p, scores.data(), scores.size()));  // before the records change
       SKIM_TRY(append_newest(p, kv, a.summaries, stream));
-      return score(a, impl::no_append{}, scores, stream);
+      return score(a, impl::no_append{}, scores, stream, keep);
     } else {
       if constexpr (std::is_same_v<KV, impl::no_append>) {
         SKIM_TRY(validate(a.summaries, p));
@@ -188,10 +209,16 @@ struct decode_router {
       }
       const std::int32_t stride = p.max_kv_blocks();
       if (p.batch == 0 || stride == 0) return status::success();
-      const impl::score_params sp{
+      impl::score_params sp{
           .scale = p.scale(), .reduce = router.reduce, .heads = heads_per_row(p), .padded_heads = padded_heads(p),
           .stride = stride,
           .vector_loads = vector_loads(a.summaries, p.head_dim)};
+      if (keep != nullptr && keep->candidates != nullptr) {
+        sp.candidates = const_cast<std::uint64_t*>(keep->candidates);  // the workspace's, written here
+        sp.slots = keep->slots;
+        sp.candidate_stride = keep->candidate_stride;
+        sp.select = keep->select;
+      }
       const dim3 grid(static_cast<unsigned>(ceil_div(stride, impl::tile_blocks)), static_cast<unsigned>(p.index_heads()),
                       static_cast<unsigned>(p.batch));
       const std::size_t smem = query_smem(p);
@@ -207,6 +234,8 @@ struct decode_router {
       return check_launch("decode_score_kernel");
     }
   }
+
+ public:
 
   // Selects every row's ids from scores laid out as score() writes them (read: each row's visible
   // blocks) into index: ids ascending in [0, count), pad past count. With share_heads, one row per
@@ -241,6 +270,35 @@ struct decode_router {
     return status::success();
   }
 
+  // score() with the selection's first half, into the workspace: besides the scores, each score CTA
+  // keeps its tile's best candidates (where candidate_stride(p) > 0), and `out` is the routed table
+  // over a.index whose decode selects from them (select()'s ids, bit for bit; elsewhere from the
+  // scores, as routed() makes it). A decode step is then this launch and decode's. kv: the K/V source
+  // whose newest keys are appended first, as score(a, kv, ...) does.
+  // workspace: device memory of workspace_bytes(a.prob) bytes, aligned to workspace_alignment.
+  template <class TQ, class TS, class S>
+  [[nodiscard]] status score_routed(const decode_route_args<TQ, TS, S>& a, std::span<std::byte> workspace,
+                                    device_routed_table& out, cudaStream_t stream) const noexcept {
+    return score_routed(a, detail::route_impl::no_append{}, workspace, out, stream);
+  }
+  template <class TQ, class TS, class S, class KV>
+  [[nodiscard]] status score_routed(const decode_route_args<TQ, TS, S>& a, const KV& kv, std::span<std::byte> workspace,
+                                    device_routed_table& out, cudaStream_t stream) const noexcept {
+    SKIM_TRY(can_implement(a.prob));
+    SKIM_TRY(check_workspace(workspace, workspace_bytes(a.prob)));
+    const std::span<float> scores = scores_in(workspace, a.prob);
+    device_routed_table routed_table;
+    SKIM_TRY(routed(a.prob, scores, a.index, routed_table));
+    if (const std::int64_t stride = candidate_stride(a.prob); stride > 0) {
+      routed_table.candidates = reinterpret_cast<std::uint64_t*>(workspace.data() + candidates_offset(a.prob));
+      routed_table.slots = detail::route_impl::candidate_slots(selector.dynamic.k);
+      routed_table.candidate_stride = stride;
+    }
+    SKIM_TRY(score(a, kv, scores, stream, &routed_table));
+    out = routed_table;
+    return status::success();
+  }
+
   // score() into the workspace, then select(): one decode step's routing, two launches on `stream`.
   // workspace: device memory of workspace_bytes(a.prob) bytes, aligned to workspace_alignment.
   template <class TQ, class TS, class S>
@@ -262,6 +320,10 @@ struct decode_router {
   }
 
  private:
+  // Where the candidates start in the workspace: past the scores, at a 16-byte boundary.
+  [[nodiscard]] static std::size_t candidates_offset(const device_problem& p) noexcept {
+    return (static_cast<std::size_t>(score_floats(p)) * sizeof(float) + 15) / 16 * 16;
+  }
   // 16-byte record loads in the score kernel: max_bound records whose rows are whole 16-byte words.
   template <class TS>
   [[nodiscard]] static bool vector_loads(const device_max_bound<TS>& s, std::int32_t head_dim) noexcept {

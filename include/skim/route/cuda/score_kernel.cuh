@@ -11,7 +11,9 @@
 //    they are read (their scale: one float a record);
 //  - multi_centroid records (M sums, M sizes): the best over the non-empty clusters of
 //    (q . sum) / size, as summarize::multi_centroid::score.
-// Writes scores [batch, index_heads, max_kv_blocks] (-inf past the visible blocks) to the workspace.
+// Writes scores [batch, index_heads, max_kv_blocks] (-inf past the visible blocks) to the workspace;
+// with candidates (decode_router::score_routed), each CTA also keeps its tile's best candidates for
+// decode's selection (select/cuda/select_kernel.cuh, keep_tile_candidates).
 
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +26,7 @@
 #include "skim/summarize/cuda/max_bound.cuh"
 #include "skim/summarize/cuda/multi_centroid.cuh"
 #include "skim/route/pooled_router.hpp"
+#include "skim/select/cuda/select_kernel.cuh"
 
 namespace skim::cuda {
 
@@ -32,6 +35,7 @@ namespace detail::route_impl {
 // Score kernel geometry: one block per thread, its record read straight from memory into registers.
 inline constexpr int score_threads = 128;        // threads per CTA
 inline constexpr int tile_blocks = score_threads;  // blocks per CTA, one per thread
+static_assert(tile_blocks == candidate_tile, "a score CTA keeps the candidates of its own tile");
 inline constexpr int record_vecs = 4;            // 16-byte loads per record (min, and max) per step: 64 bytes
 inline constexpr int max_group = 32;             // query heads per row
 inline constexpr int max_pass_heads = 8;         // query heads scored per pass over a record
@@ -44,6 +48,11 @@ struct score_params {
   std::int32_t padded_heads = 1;       // heads rounded up to the pass width (rows of the staged queries)
   std::int64_t stride = 0;             // floats per score row: the problem's max_kv_blocks()
   bool vector_loads = false;           // 16-byte loads of records (head_dim·sizeof(TS) % 16 == 0, aligned)
+  // Candidates kept for decode's selection (device_routed_table's), or null: scores only.
+  std::uint64_t* candidates = nullptr;
+  std::int32_t slots = 0;
+  std::int64_t candidate_stride = 0;
+  select_params select{};
 };
 
 [[nodiscard]] __device__ __forceinline__ std::int32_t clamp_blocks(std::int32_t x, std::int32_t hi) noexcept {
@@ -269,7 +278,6 @@ __global__ void __launch_bounds__(score_threads)
     sq[i] = g < heads ? skim::cuda::to_float(q.row(token, first_head + g)[i - g * head_dim]) : 0.0f;
   }
   __syncthreads();  // queries staged; an appended record visible to the thread that scores it
-  if (j >= n_out) return;
   float result = neg_inf;
   if (j < n) {
     const std::int64_t rec = s.record(p, b, j0 + j, kv_head);
@@ -290,7 +298,16 @@ __global__ void __launch_bounds__(score_threads)
     if (sp.reduce == route::group_reduce::mean) a = __fdiv_rn(a, static_cast<float>(heads));
     result = a == neg_inf ? neg_inf : __fmul_rn(a, sp.scale);
   }
-  out[j] = result;
+  if (j < n_out) out[j] = result;
+  if (sp.candidates != nullptr) {  // block-uniform: the row's plan, and whether this tile holds candidates
+    __shared__ tile_scratch kept;
+    const row_plan plan = plan_row(r.visible_blocks, sp.select);
+    if (chooses(plan) && j0 < plan.bb && j0 + tile_blocks > plan.a) {
+      std::uint64_t* tile = sp.candidates + (static_cast<std::int64_t>(b) * p.index_heads() + rh) * sp.candidate_stride +
+                            static_cast<std::int64_t>(blockIdx.x) * sp.slots;
+      keep_tile_candidates(result, j0 + j, plan, sp.slots, tile, kept);
+    }
+  }
 }
 
 }  // namespace detail::route_impl

@@ -11,6 +11,11 @@
 // keep; one block-wide scan in id order writes the chosen ids ascending (ties: lower ids first).
 // select_row is that selection for any CTA size: the select kernel runs it with 1024 threads, decode's
 // split kernels with 256 for a device_routed_table (selected where it is read: no select launch).
+//
+// Or in two halves: the score kernel's CTA of a tile of candidate_tile blocks keeps the tile's best
+// (keep_tile_candidates), and decode selects the row's best among the tiles' kept candidates
+// (select_candidates). The row's best `take` are each among their tile's best `take`, so the two
+// halves choose select_row's ids; the second ranks a few candidates a tile instead of every block.
 
 #include <cstddef>
 #include <cstdint>
@@ -208,6 +213,28 @@ struct row_plan {
   return r;
 }
 
+// Whether a row's plan leaves a choice: some but not all of its candidates are taken. Rows without
+// one are written by write_reserved alone.
+[[nodiscard]] SKIM_HOST_DEVICE constexpr bool chooses(const row_plan& r) noexcept { return r.take > 0 && r.take < r.n; }
+
+// The ids of a row that need no scores: sink [0, a), local past the taken candidates, padding past
+// count, and every candidate when all are taken (chooses(plan) false). Called by all Threads threads.
+template <int Threads>
+__device__ __forceinline__ void write_reserved(const row_plan& plan, std::int32_t* out, int width) noexcept {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int a = plan.a, take = plan.take, count = plan.count;
+  for (int i = tid; i < width; i += Threads) {
+    if (i < a) {
+      out[i] = i;
+    } else if (i >= a + take) {
+      out[i] = i < count ? plan.bb + (i - a - take) : index::block_table::pad;
+    }
+  }
+  if (take == plan.n) {
+    for (int i = tid; i < plan.n; i += Threads) out[a + i] = a + i;
+  }
+}
+
 // Selects row (sequence b, index head h; Shared: the sequence's heads pooled) of the router's
 // scores as `plan` (plan_row) says: sink, the top `take` candidates by score (ties: lower ids first),
 // local, ids ascending in out[0, count), index::block_table::pad in [count, width). Returns count.
@@ -220,19 +247,9 @@ template <int Threads, bool Shared>
                                                          std::int32_t* out, int width, std::uint32_t* keys,
                                                          select_scratch& s) noexcept {
   const int tid = static_cast<int>(threadIdx.x);
-  const int a = plan.a, bb = plan.bb, n = plan.n, take = plan.take, count = plan.count, v = plan.visible;
-  for (int i = tid; i < width; i += Threads) {  // reserved ids and padding
-    if (i < a) {
-      out[i] = i;
-    } else if (i >= a + take) {
-      out[i] = i < count ? bb + (i - a - take) : index::block_table::pad;
-    }
-  }
-  if (take == n) {
-    for (int i = tid; i < n; i += Threads) out[a + i] = a + i;
-    return count;
-  }
-  if (take == 0) return count;
+  const int a = plan.a, n = plan.n, take = plan.take, count = plan.count, v = plan.visible;
+  write_reserved<Threads>(plan, out, width);
+  if (!chooses(plan)) return count;
 
   if constexpr (Shared) {
     pool_heads<Threads>(p, scores + static_cast<std::int64_t>(b) * p.index_heads() * sp.stride, sp, a, n, v, keys,
@@ -284,6 +301,134 @@ template <int Threads, bool Shared>
   return count;
 }
 
+// The two-halves selection (header). A candidate is a 64-bit word: the score's rank_key above the
+// complement of its block id, so a larger word ranks first (by key, then the lower id), as select_row
+// ranks; 0 is an empty slot (every key is at least rank_key(-inf) > 0).
+inline constexpr int candidate_tile = 128;  // blocks of a tile: the score kernel's CTA (one block a thread)
+
+[[nodiscard]] __device__ __forceinline__ std::uint64_t candidate(float score, int id) noexcept {
+  return static_cast<std::uint64_t>(rank_key(score)) << 32 | static_cast<std::uint32_t>(~id);
+}
+[[nodiscard]] __device__ __forceinline__ int candidate_id(std::uint64_t c) noexcept {
+  return ~static_cast<int>(static_cast<std::uint32_t>(c));
+}
+
+// Slots a tile keeps for a top-k of k: the most candidates of one tile a row can take.
+[[nodiscard]] SKIM_HOST_DEVICE constexpr int candidate_slots(int k) noexcept {
+  return k < candidate_tile ? (k > 0 ? k : 0) : candidate_tile;
+}
+
+// Shared memory of keep_tile_candidates.
+struct alignas(16) tile_scratch {
+  std::uint64_t c[candidate_tile];          // each warp's candidates, best first, warp w's at [32 w, 32 w + 32)
+  std::uint32_t kept[candidate_tile / 32];  // the kept blocks of the tile, a bit each
+};
+
+// How many of a warp's sorted candidates (best first, then empty slots) rank before c.
+[[nodiscard]] __device__ __forceinline__ int ranked_before(const std::uint64_t* list, std::uint64_t c) noexcept {
+  int n = list[15] > c ? 16 : 0;
+  n += list[n + 7] > c ? 8 : 0;
+  n += list[n + 3] > c ? 4 : 0;
+  n += list[n + 1] > c ? 2 : 0;
+  n += list[n] > c ? 1 : 0;
+  return n == 31 && list[31] > c ? 32 : n;
+}
+
+// First half, in a CTA of candidate_tile threads: thread j holds block id = j0 + j (j0 a multiple of
+// candidate_tile) and its score (any value past the row's visible blocks). Keeps the tile's best
+// plan.take candidates (blocks in [plan.a, plan.bb)), or all it has if fewer, and writes them in id
+// order to out[0, kept), 0 to out[kept, slots). Each warp sorts its 32 (a bitonic network over its
+// lanes); a candidate's rank in the tile is its place in its warp's list plus, found by binary
+// search, how many of each other warp's rank before it. @pre chooses(plan); slots ==
+// candidate_slots(k) of the plan's k; called by all threads (barriers inside)
+__device__ __forceinline__ void keep_tile_candidates(float score, int id, const row_plan& plan, int slots,
+                                                     std::uint64_t* out, tile_scratch& s) noexcept {
+  constexpr int warps = candidate_tile / 32;
+  const int j = static_cast<int>(threadIdx.x);
+  const int lane = j % 32, warp = j / 32;
+  std::uint64_t c = id >= plan.a && id < plan.bb ? candidate(score, id) : 0;
+#pragma unroll
+  for (int k = 2; k <= 32; k <<= 1) {  // the warp's candidates, best first
+#pragma unroll
+    for (int d = k / 2; d > 0; d /= 2) {
+      const std::uint64_t o = __shfl_xor_sync(full_mask, c, d);
+      const bool larger = ((lane & d) == 0) == ((lane & k) == 0);  // keep the larger of the pair
+      c = larger == (o > c) ? o : c;
+    }
+  }
+  s.c[j] = c;
+  if (j < warps) s.kept[j] = 0;
+  __syncthreads();
+  bool keep = false;
+  if (c != 0 && lane < plan.take) {
+    int rank = lane;
+#pragma unroll
+    for (int w = 0; w < warps; ++w) rank += w == warp ? 0 : ranked_before(s.c + 32 * w, c);
+    keep = rank < plan.take;
+  }
+  const int local = candidate_id(c) % candidate_tile;  // the kept block's place in the tile
+  if (keep) atomicOr(&s.kept[local / 32], 1u << (local % 32));
+  __syncthreads();
+  int total = 0, before = 0;
+#pragma unroll
+  for (int w = 0; w < warps; ++w) {
+    const int n = __popc(s.kept[w]);
+    total += n;
+    before += w < local / 32 ? n : 0;
+  }
+  if (keep) out[before + __popc(s.kept[local / 32] & ((1u << (local % 32)) - 1u))] = c;
+  if (j >= total && j < slots) out[j] = 0;
+}
+
+// Shared memory entries select_candidates needs for up to m slots: m rounded up to whole groups of 8
+// (each thread ranks against a group at a time), and one group more, all past m zero, so that a
+// group loaded ahead of the loop's test stays inside.
+[[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t candidate_entries(std::int64_t m) noexcept {
+  return (m + 7) / 8 * 8 + 8;
+}
+
+// Second half: select_row's ids from the candidates the row's tiles kept. tiles: the row's first
+// tile's slots (tile t at t · slots). cands: shared, candidate_entries(m) for the m slots of the
+// tiles that hold the row's candidates [a, bb); each thread ranks a contiguous run of them against
+// all. Returns count. Called by all Threads threads with the same arguments (barriers inside); out
+// is complete once a barrier follows. @pre width >= count; the tiles' slots as keep_tile_candidates
+// wrote them for this plan; m <= 32 · Threads
+template <int Threads>
+[[nodiscard]] __device__ __forceinline__ int select_candidates(const row_plan& plan, const std::uint64_t* tiles,
+                                                               int slots, std::int32_t* out, int width,
+                                                               std::uint64_t* cands, select_scratch& s) noexcept {
+  const int tid = static_cast<int>(threadIdx.x);
+  write_reserved<Threads>(plan, out, width);
+  if (!chooses(plan)) return plan.count;
+  const int t0 = plan.a / candidate_tile;
+  const int m = ((plan.bb - 1) / candidate_tile + 1 - t0) * slots;
+  const auto entries = static_cast<int>(candidate_entries(m));
+  const std::uint64_t* src = tiles + static_cast<std::ptrdiff_t>(t0) * slots;
+  for (int i = tid; i < entries; i += Threads) cands[i] = i < m ? src[i] : 0;
+  __syncthreads();
+  // Slots in order hold candidates in id order (tiles in order, each in id order, empty slots never
+  // chosen: the kept candidates outnumber take). Chosen: rank < take; written at a + the chosen
+  // before it, found by one scan over the threads' runs.
+  const int per = (m + Threads - 1) / Threads;
+  const int first = tid * per < m ? tid * per : m;
+  const int last = first + per < m ? first + per : m;
+  std::uint32_t chosen = 0;  // bit i - first: candidate i is chosen
+  for (int i = first; i < last; ++i) {
+    const std::uint64_t c = cands[i];
+    int above = 0;
+    for (int x = 0; x < entries - 8; x += 8) {
+#pragma unroll
+      for (int u = 0; u < 8; ++u) above += cands[x + u] > c ? 1 : 0;
+    }
+    if (c != 0 && above < plan.take) chosen |= 1u << (i - first);
+  }
+  std::uint32_t before = block_exclusive_scan<Threads>(static_cast<std::uint32_t>(__popc(chosen)), s.warp_sums);
+  for (int i = first; i < last; ++i) {
+    if ((chosen >> (i - first) & 1u) != 0) out[plan.a + static_cast<int>(before++)] = candidate_id(cands[i]);
+  }
+  return plan.count;
+}
+
 // Grid (index head, sequence), or (1, sequence) for Shared rows (one per query block, the heads'
 // scores pooled). Dynamic shared memory: keys [stride] (the row's candidates).
 template <bool Shared>
@@ -309,16 +454,22 @@ __global__ void __launch_bounds__(select_threads)
 }  // namespace detail::route_impl
 
 // A decode_router selection that skim::cuda::decode makes as it reads it: each split CTA of
-// decode selects its row's ids from the router's scores with select_row (the select kernel's code:
-// the same ids, bit for bit) into shared memory, and split 0 writes the row (ids, count) to `table`,
-// for the merge kernel of the same run and for the engine. It saves the select kernel's launch in a
-// decode step (score, then decode). Made by decode_router::routed(); only decode reads it (it has no
+// decode selects its row's ids into shared memory, from the router's scores with select_row, or
+// from the candidates its score kernel kept with select_candidates (the select kernel's ids, bit for
+// bit, either way), and split 0 writes the row (ids, count) to `table`, for the merge kernel of the
+// same run and for the engine. It saves the select kernel's launch in a decode step (score, then
+// decode). Made by decode_router::routed() or score_routed(); only decode reads it (it has no
 // cursor: before decode ran, the table holds nothing of this step). Per-index-head rows only (no
 // share_heads), one query per sequence.
 struct device_routed_table {
   mutable_device_block_table table;  // [rows, width >= decode_router::width(p)], written
   const float* scores = nullptr;     // [batch, index_heads, select.stride], as decode_router::score writes them
   detail::route_impl::select_params select{};
+  // The kept candidates (decode_router::score_routed), or null: select_row over the scores.
+  // [batch, index_heads, candidate_stride]: a row's tile t at t · slots.
+  const std::uint64_t* candidates = nullptr;
+  std::int32_t slots = 0;               // detail::route_impl::candidate_slots(select.k)
+  std::int64_t candidate_stride = 0;    // tiles of a row · slots
 
   [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int32_t max_ids() const noexcept { return table.width; }
   [[nodiscard]] SKIM_HOST_DEVICE constexpr std::int64_t stored_rows() const noexcept { return table.rows; }
@@ -327,14 +478,17 @@ struct device_routed_table {
     return device_block_table{table.ids, table.count, table.width, table.rows}.row(r);
   }
   // Shared memory of a CTA's selection, from a 16-byte aligned base: the scratch, then the row's ids
-  // (width of them, to a 16-byte boundary) at ids_offset, then the candidates' keys (max_kv_blocks)
-  // at keys_offset(width); scratch_bytes in all.
+  // (width of them, to a 16-byte boundary) at ids_offset, then at keys_offset(width) the scores' keys
+  // (max_kv_blocks of them) or the candidates (a row's candidate_stride); scratch_bytes in all.
   static constexpr std::size_t ids_offset = sizeof(detail::route_impl::select_scratch);
   [[nodiscard]] SKIM_HOST_DEVICE static constexpr std::size_t keys_offset(std::int32_t width) noexcept {
     return ids_offset + (static_cast<std::size_t>(width) * 4 + 15) / 16 * 16;
   }
-  [[nodiscard]] static constexpr std::size_t scratch_bytes(std::int32_t width, std::int32_t max_kv_blocks) noexcept {
-    return keys_offset(width) + static_cast<std::size_t>(max_kv_blocks) * 4;
+  [[nodiscard]] constexpr std::size_t scratch_bytes(std::int32_t max_kv_blocks) const noexcept {
+    const std::size_t keys =
+        candidates != nullptr ? static_cast<std::size_t>(detail::route_impl::candidate_entries(candidate_stride)) * 8
+                              : static_cast<std::size_t>(max_kv_blocks) * 4;
+    return keys_offset(table.width) + keys;
   }
 
   [[nodiscard]] status validate() const noexcept {
@@ -342,6 +496,16 @@ struct device_routed_table {
     if (select.k < 0 || select.sink < 0 || select.newest < 0 || select.stride < 0) {
       return status::error(status_code::invalid_argument, "routed table: k %d, sink %d, newest %d, stride %lld (< 0)",
                            select.k, select.sink, select.newest, static_cast<long long>(select.stride));
+    }
+    if (candidates != nullptr) {
+      namespace impl = detail::route_impl;
+      const std::int64_t tiles = (select.stride + impl::candidate_tile - 1) / impl::candidate_tile;
+      if (slots != impl::candidate_slots(select.k) || candidate_stride < tiles * slots) {
+        return status::error(status_code::invalid_argument, "routed table: %d candidate slots a tile and %lld a row, "
+                             "for k %d over %lld blocks (%d and %lld expected)", slots,
+                             static_cast<long long>(candidate_stride), select.k, static_cast<long long>(select.stride),
+                             impl::candidate_slots(select.k), static_cast<long long>(tiles * impl::candidate_slots(select.k)));
+      }
     }
     return status::success();
   }
