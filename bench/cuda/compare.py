@@ -183,9 +183,11 @@ def step_rows(batch, n, blocks, runner, out):
     if not skim:
         return [{"work": work, "impl": "skim", "ms": None, "rate": None, "unit": ""}]
     fused = skim.get("fuse_append", 0) == 1  # the router's score kernel appends the new key
-    # fuse_select: decode selects its rows itself (decode_router::routed): route is score alone
-    route = ("append+score" if fused else "score") + ("" if skim.get("fuse_select", 0) == 1 else "+select")
-    attend = "select+attend" if skim.get("fuse_select", 0) == 1 else "attend"
+    # fuse_select 1 or 2: decode selects its rows itself (decode_router::routed or score_routed): route
+    # is score alone
+    in_decode = skim.get("fuse_select", 0) >= 1
+    route = ("append+score" if fused else "score") + ("" if in_decode else "+select")
+    attend = "select+attend" if in_decode else "attend"
     rows = [{"work": work + " (graph)", "impl": "skim", "ms": skim["ms"], "rate": None, "unit": ""}]
     if "graph_ms" in skim:  # steps back to back in one graph: no graph launch of its own per step
         rows.append({"work": work + " (graph, back to back)", "impl": "skim", "ms": skim["graph_ms"], "rate": None,

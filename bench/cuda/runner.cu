@@ -9,8 +9,11 @@
 //                                                               graph_ms: reps steps back to back in one graph;
 //                                                               --share 1: one selection per sequence for all
 //                                                               its kv heads, decode over device_head_shared;
-//                                                               --fuse-select 0: the router's select kernel
-//                                                               instead of decode selecting its own rows)
+//                                                               --fuse-select 2: the score kernel keeps each
+//                                                               tile's best candidates, decode selects its
+//                                                               rows among them (the default); 1: decode
+//                                                               selects from the scores; 0: the router's
+//                                                               select kernel)
 //   common: --heads-q 32 --heads-kv 8 --dim 128 --bk 128 --bq 128 --dtype bf16|fp16
 //           --layout hnd|nhd (K/V head-major [heads_kv, tokens, dim], as the PyTorch peers hold them,
 //           or token-major [tokens, heads_kv, dim]; printed as "layout")

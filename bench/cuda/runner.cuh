@@ -42,7 +42,8 @@ struct options {
   int cluster_merge = 1;  // decode, step: decode::merge_in_cluster
   int share = 0;          // step: decode_router::share_heads (one selection per sequence)
   int fuse_append = 1;  // step: append_newest folded into the router's score kernel (0: its own launch)
-  int fuse_select = 1;  // step: decode selects its rows (decode_router::routed; 0: the select kernel)
+  int fuse_select = 2;  // step: decode selects its rows among the kept candidates (decode_router::score_routed;
+                        // 1: from the scores, decode_router::routed; 0: the select kernel)
   int page = 0;         // decode, step: 0 contiguous K/V; P > 0: pages of P tokens in random order
   std::string dtype = "bf16";
   std::string layout = "hnd";  // K/V: hnd (head-major) or nhd (token-major)

@@ -56,13 +56,24 @@ int step_of(const options& o) {
                  .index = table,
                  .o = d.o_view(o)};
   const skim::cuda::decode_route_args<T, TS> ra{.prob = p, .q = a.q, .summaries = sums, .index = table};
-  // --fuse-select 1 (not with --share): the router only scores; decode selects each row where it
-  // reads it (decode_router::routed) and writes the same table.
-  const bool fuse_select = o.fuse_select != 0 && !o.share;
+  // --fuse-select 1 or 2 (not with --share): decode selects each row where it reads it and writes the
+  // same table; the router only scores (1: decode_router::routed, decode selects from the scores) or
+  // scores and keeps each tile's best candidates (2: decode_router::score_routed, decode selects among
+  // them; skim::cuda::decode_step's form).
+  const int fuse_select = o.share ? 0 : o.fuse_select;
   const std::span<float> scores = router.scores_in(route_span, p);
   skim::cuda::device_routed_table routed;
-  if (fuse_select) {
-    if (const skim::status s = router.routed(p, scores, table, routed); !s.ok()) return refuse(o, s.message());
+  const auto score_status = [&](cudaStream_t st) {  // the score launch of modes 1 and 2
+    skim::cuda::device_routed_table kept;
+    if (fuse_select == 2) {
+      return o.fuse_append ? router.score_routed(ra, kv, route_span, kept, st) : router.score_routed(ra, route_span, kept, st);
+    }
+    return o.fuse_append ? router.score(ra, kv, scores, st) : router.score(ra, scores, st);
+  };
+  if (fuse_select != 0) {
+    const skim::status s = fuse_select == 2 ? router.score_routed(ra, route_span, routed, nullptr)
+                                            : router.routed(p, scores, table, routed);
+    if (!s.ok()) return refuse(o, s.message());
   }
   const skim::cuda::device_attention_args<T, kv_t, skim::cuda::device_routed_table, T> ar{
       .prob = p, .q = a.q, .kv = kv, .index = routed, .o = a.o};
@@ -73,7 +84,7 @@ int step_of(const options& o) {
           .prob = p, .q = a.q, .kv = kv, .index = shared_t{table, p.index_heads()}, .o = a.o};
       if (o.share) return exec.run(as, std::span<std::byte>(ws.p, ws_bytes), st);
     }
-    if (fuse_select) return exec.run(ar, std::span<std::byte>(ws.p, ws_bytes), st);
+    if (fuse_select != 0) return exec.run(ar, std::span<std::byte>(ws.p, ws_bytes), st);
     return exec.run(a, std::span<std::byte>(ws.p, ws_bytes), st);
   };
 
@@ -83,7 +94,7 @@ int step_of(const options& o) {
     return o.fuse_append ? skim::status::success() : skim::cuda::append_newest(p, kv, sums, st);
   };
   const auto route_status = [&](cudaStream_t st) {
-    if (fuse_select) return o.fuse_append ? router.score(ra, kv, scores, st) : router.score(ra, scores, st);
+    if (fuse_select != 0) return score_status(st);
     return o.fuse_append ? router.run(ra, kv, route_span, st) : router.run(ra, route_span, st);
   };
   // One checked step first: a shape a stage rejects is reported as a JSON line, not a crash.
@@ -148,9 +159,7 @@ int step_of(const options& o) {
   // forward pass, where no graph launch of its own precedes it.
   const double g_step = time_graph(o.reps, [&](int, cudaStream_t st) { step(st); });
   const double g_route = time_graph(o.reps, [&](int, cudaStream_t st) { append(st), route(st); });
-  const double g_score = time_graph(o.reps, [&](int, cudaStream_t st) {
-    BENCH_STATUS(o.fuse_append ? router.score(ra, kv, scores, st) : router.score(ra, scores, st));
-  });
+  const double g_score = time_graph(o.reps, [&](int, cudaStream_t st) { BENCH_STATUS(score_status(st)); });
   std::printf("{\"bench\": \"step\", \"impl\": \"skim\", \"batch\": %d, \"n\": %d, \"blocks\": %d, \"ms\": %.5f, "
               "\"append_ms\": %.5f, \"route_ms\": %.5f, \"attend_ms\": %.5f, \"graph_ms\": %.5f, "
               "\"graph_route_ms\": %.5f, \"graph_score_ms\": %.5f, \"kernel\": \"%s\", "
@@ -158,7 +167,7 @@ int step_of(const options& o) {
               "\"kv\": \"%s\", \"summaries\": \"%s\", %s}\n",
               o.batch, o.n, width, median(t_graph), median(t_append), median(t_route), median(t_attend),
               g_step, g_route, g_score, o.kernel.c_str(), o.layout.c_str(), o.fuse_append,
-              exec.chunk(p, width, skim::cuda::is_device_code_v<Code>), o.cluster_merge, o.share, fuse_select ? 1 : 0,
+              exec.chunk(p, width, skim::cuda::is_device_code_v<Code>), o.cluster_merge, o.share, fuse_select,
               o.kv.c_str(), std::is_same_v<TS, float> ? "float" : o.kv == "same" ? o.dtype.c_str() : o.kv.c_str(),
               shape_fields(o).c_str());
   for (auto& ev : e) cudaEventDestroy(ev);
