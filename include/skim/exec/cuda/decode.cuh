@@ -218,6 +218,13 @@ struct decode {
                   "cuda::decode: O must be skim::bfloat16, skim::half or float");
     static_assert(skim::cuda::is_device_index_v<Index> || skim::cuda::is_routed_device_index_v<Index>,
                   "cuda::decode: the index must be a device index (index/cuda/device_index.cuh) or a device_routed_table");
+    if constexpr (std::is_same_v<Index, skim::cuda::device_routed_table>) {  // kept candidates: their own kernels
+      if (a.index.candidates != nullptr) {
+        const skim::cuda::device_attention_args<TQ, KV, skim::cuda::device_kept_table, TO> kept{
+            .prob = a.prob, .q = a.q, .kv = a.kv, .index = {a.index}, .o = a.o, .lse = a.lse};
+        return run(kept, max_selected_blocks, workspace, stream);
+      }
+    }
     const skim::cuda::device_problem& p = a.prob;
     SKIM_TRY(skim::cuda::check_args(a));
     SKIM_TRY(can_implement(p));

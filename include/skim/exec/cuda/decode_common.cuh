@@ -242,13 +242,15 @@ __device__ __forceinline__ skim::cuda::device_block_table::span split_row_span(c
     std::int32_t* const ids = reinterpret_cast<std::int32_t*>(scratch + routed::ids_offset);
     unsigned char* const keys = scratch + routed::keys_offset(t.width);
     const int h = static_cast<int>(blockIdx.y);
-    const int count =
-        index.candidates != nullptr
-            ? impl::select_candidates<threads>(
-                  plan, index.candidates + (static_cast<std::int64_t>(u.seq) * p.index_heads() + h) * index.candidate_stride,
-                  index.slots, ids, t.width, reinterpret_cast<std::uint64_t*>(keys), s)
-            : impl::select_row<threads, false>(p, index.scores, u.seq, h, plan, index.select, ids, t.width,
+    int count = 0;
+    if constexpr (std::is_same_v<Index, skim::cuda::device_kept_table>) {
+      const std::int64_t row = static_cast<std::int64_t>(u.seq) * p.index_heads() + h;
+      count = impl::select_candidates<threads>(plan, index.candidates + row * index.candidate_stride, index.slots, ids,
+                                               t.width, reinterpret_cast<std::uint64_t*>(keys), s);
+    } else {
+      count = impl::select_row<threads, false>(p, index.scores, u.seq, h, plan, index.select, ids, t.width,
                                                reinterpret_cast<std::uint32_t*>(keys), s);
+    }
     __syncthreads();  // the row's ids are complete
     if (split == 0) {
       for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < t.width; i += threads) {

@@ -416,10 +416,13 @@ template <class I>
 inline constexpr bool is_shared_stored_device_index_v = false;
 template <class I>
 inline constexpr bool is_shared_stored_device_index_v<device_head_shared<I>> = is_stored_device_index_v<I>;
-// A table decode fills as it reads it, from decode_router's scores (select/cuda/select_kernel.cuh): decode only.
+// A table decode fills as it reads it, from decode_router's scores or the candidates its score kernel
+// kept (select/cuda/select_kernel.cuh; device_kept_table: the latter, as decode runs it): decode only.
 struct device_routed_table;
+struct device_kept_table;
 template <class I>
-inline constexpr bool is_routed_device_index_v = std::is_same_v<I, device_routed_table>;
+inline constexpr bool is_routed_device_index_v =
+    std::is_same_v<I, device_routed_table> || std::is_same_v<I, device_kept_table>;
 template <class I>
 inline constexpr bool is_positional_device_index_v =
     is_stored_device_index_v<I> || is_shared_stored_device_index_v<I> || is_routed_device_index_v<I>;

@@ -511,4 +511,9 @@ struct device_routed_table {
   }
 };
 
+// A device_routed_table with candidates as decode runs it (decode::run passes it on as this type):
+// a type of its own, so that the kernels that select from candidates and those that select from
+// scores each hold only their own selection's code.
+struct device_kept_table : device_routed_table {};
+
 }  // namespace skim::cuda
