@@ -220,7 +220,7 @@ __device__ __forceinline__ skim::cuda::device_block_table::span row_span(const I
 }
 
 // The row a split kernel reads. A device_routed_table's row is selected here by the whole CTA
-// (select/cuda/select_kernel.cuh's select_row over the scores, or select_candidates over the score
+// (select/cuda/select_row.cuh's select_row over the scores, or candidates.cuh's select_candidates over the score
 // kernel's candidates: the select kernel's ids, bit for bit) into shared memory at `scratch`
 // (device_routed_table::scratch_bytes, 16-byte aligned, free until the kernel's first barrier after
 // check_ids), and split 0 writes it to the table for the merge kernel and the engine.

@@ -179,10 +179,11 @@ struct decode_router {
   }
 
  private:
-  // score(), and where `keep` holds candidates, the tiles' kept candidates (score_routed()).
+  // score(), and where `candidates` is not null, the tiles' kept candidates there (score_routed():
+  // the workspace's, candidate_stride(p) > 0).
   template <class TQ, class TS, class S, class KV>
   [[nodiscard]] status score(const decode_route_args<TQ, TS, S>& a, const KV& kv, std::span<float> scores,
-                             cudaStream_t stream, const device_routed_table* keep) const noexcept {
+                             cudaStream_t stream, std::uint64_t* candidates) const noexcept {
     static_assert(std::is_same_v<TQ, float> || is_device_element_v<TQ>, "Q is float, half or bfloat16");
     static_assert(!is_device_multi_centroid_v<S> || std::is_same_v<TS, float>, "multi_centroid records are float");
     namespace impl = detail::route_impl;
@@ -191,7 +192,7 @@ struct decode_router {
     if constexpr (is_device_multi_centroid_v<S> && !std::is_same_v<KV, impl::no_append>) {
       SKIM_TRY(check_scores(p, scores.data(), scores.size()));  // before the records change
       SKIM_TRY(append_newest(p, kv, a.summaries, stream));
-      return score(a, impl::no_append{}, scores, stream, keep);
+      return score(a, impl::no_append{}, scores, stream, candidates);
     } else {
       if constexpr (std::is_same_v<KV, impl::no_append>) {
         SKIM_TRY(validate(a.summaries, p));
@@ -213,11 +214,11 @@ struct decode_router {
           .scale = p.scale(), .reduce = router.reduce, .heads = heads_per_row(p), .padded_heads = padded_heads(p),
           .stride = stride,
           .vector_loads = vector_loads(a.summaries, p.head_dim)};
-      if (keep != nullptr && keep->candidates != nullptr) {
-        sp.candidates = const_cast<std::uint64_t*>(keep->candidates);  // the workspace's, written here
-        sp.slots = keep->slots;
-        sp.candidate_stride = keep->candidate_stride;
-        sp.select = keep->select;
+      if (candidates != nullptr) {
+        sp.candidates = candidates;
+        sp.slots = impl::candidate_slots(selector.dynamic.k);
+        sp.candidate_stride = candidate_stride(p);
+        sp.select = select_params_for(p);
       }
       const dim3 grid(static_cast<unsigned>(ceil_div(stride, impl::tile_blocks)), static_cast<unsigned>(p.index_heads()),
                       static_cast<unsigned>(p.batch));
@@ -289,12 +290,14 @@ struct decode_router {
     const std::span<float> scores = scores_in(workspace, a.prob);
     device_routed_table routed_table;
     SKIM_TRY(routed(a.prob, scores, a.index, routed_table));
+    std::uint64_t* candidates = nullptr;  // the score kernel writes them, decode reads them
     if (const std::int64_t stride = candidate_stride(a.prob); stride > 0) {
-      routed_table.candidates = reinterpret_cast<std::uint64_t*>(workspace.data() + candidates_offset(a.prob));
+      candidates = reinterpret_cast<std::uint64_t*>(workspace.data() + candidates_offset(a.prob));
+      routed_table.candidates = candidates;
       routed_table.slots = detail::route_impl::candidate_slots(selector.dynamic.k);
       routed_table.candidate_stride = stride;
     }
-    SKIM_TRY(score(a, kv, scores, stream, &routed_table));
+    SKIM_TRY(score(a, kv, scores, stream, candidates));
     out = routed_table;
     return status::success();
   }

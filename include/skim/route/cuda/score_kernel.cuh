@@ -1,7 +1,7 @@
 #pragma once
 // The score kernel of skim::cuda::decode_router (route/cuda/decode_router.cuh holds the host API and the contract: the
 // bits of the CPU pipeline, row numbering, reserved blocks and ties; select/cuda/select_kernel.cuh the select
-// kernel that reads the scores).
+// kernel that reads the scores; select/cuda/candidates.cuh the tiles' kept candidates).
 //
 // Grid (128-block tiles, index heads, sequences), 128 threads, one block per thread. The row's query
 // heads go to shared memory in fp32 once; each thread reads its block's record straight into
@@ -13,7 +13,7 @@
 //    (q . sum) / size, as summarize::multi_centroid::score.
 // Writes scores [batch, index_heads, max_kv_blocks] (-inf past the visible blocks) to the workspace;
 // with candidates (decode_router::score_routed), each CTA also keeps its tile's best candidates for
-// decode's selection (select/cuda/select_kernel.cuh, keep_tile_candidates).
+// decode's selection (select/cuda/candidates.cuh, keep_tile_candidates).
 
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +26,7 @@
 #include "skim/summarize/cuda/max_bound.cuh"
 #include "skim/summarize/cuda/multi_centroid.cuh"
 #include "skim/route/pooled_router.hpp"
-#include "skim/select/cuda/select_kernel.cuh"
+#include "skim/select/cuda/candidates.cuh"
 
 namespace skim::cuda {
 
