@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 
@@ -10,6 +11,26 @@
 #include "support/seed.hpp"
 
 SKIM_TEST_SEED_LISTENER();
+
+#if defined(SKIM_TEST_ARCH_BUILD) && defined(__x86_64__) && defined(__GNUC__) && defined(__AVX2__)
+// A per-arch test binary (tests/CMakeLists.txt) on a CPU without its arch would die of SIGILL, and
+// its first vector instruction may come before main: any static initialiser of a TU built with the
+// arch's flags may use it. So this check runs first (a constructor of the highest user priority)
+// and is itself compiled without AVX; where the CPU lacks the arch, it exits 77, CTest's skip.
+__attribute__((constructor(101), target("no-avx"))) static void skim_test_check_compiled_arch() {
+  __builtin_cpu_init();
+  bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#if defined(__AVX512F__)
+  ok = ok && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+       __builtin_cpu_supports("avx512bw");
+#endif
+  if (!ok) {
+    std::fputs("skim tests: this CPU lacks the arch the binary was built for; skipped\n", stdout);
+    std::fflush(stdout);
+    std::_Exit(77);
+  }
+}
+#endif
 
 // g++ 12 at -O1 and above flags free() in these replacements as "mismatched" with operator new;
 // they are a matched pair here (counted_alloc allocates with malloc/aligned_alloc).

@@ -70,18 +70,8 @@
 
 namespace skim::test {
 
-// A binary built for an arch this CPU lacks would die of SIGILL: say so and exit 77 (CTest's skip).
-#if XSIMD_WITH_AVX512F || XSIMD_WITH_AVX2
-inline const bool cpu_has_compiled_arch = [] {
-  const auto cpu = xsimd::available_architectures();
-  if ((XSIMD_WITH_AVX512F && !(cpu.avx512f && cpu.avx512dq)) || (XSIMD_WITH_AVX2 && !cpu.avx2) ||
-      (XSIMD_WITH_FMA3_AVX2 && !cpu.fma3_avx2)) {
-    std::puts("skim tests: this CPU lacks the arch the binary was built for; skipped");
-    std::exit(77);
-  }
-  return true;
-}();
-#endif
+// A per-arch build on a CPU without its arch exits 77 (CTest's skip) before anything runs:
+// tests/main.cpp.
 
 // The per-arch rebuilds leave out the walks that would instantiate simd<Arch> for more element
 // types and index forms than the simd-specific ones (float block sizes, the stored forms over three
