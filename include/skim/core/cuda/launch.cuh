@@ -54,7 +54,17 @@ struct device_facts {
   int major = 0;       // compute capability
   int minor = 0;
   int smem_optin = 0;  // bytes of dynamic shared memory a block may opt in to
+  int l2_bytes = 0;    // the L2 cache's size
 };
+
+// Whether a launch that reads `bytes` once should mark them evict-first in L2 (ptx.cuh, l2_policy): it
+// reads at least half of L2, so its lines would not outlive it, and the small tensors the next launch
+// reads first (sequence lengths, index rows, Q) should. A smaller launch leaves L2's policy alone: its
+// bytes may still be there when the same launch runs again (a decode step at small batch, re-read by
+// the next token's step when nothing larger ran between).
+[[nodiscard]] inline bool streams_past_l2(std::size_t bytes, const device_facts& d) noexcept {
+  return d.l2_bytes > 0 && bytes >= static_cast<std::size_t>(d.l2_bytes) / 2;
+}
 
 // The current device's facts.
 [[nodiscard]] inline status current_device(device_facts& out, const char* where) noexcept {
@@ -71,6 +81,7 @@ struct device_facts {
                                    e = cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                                               device);
                                  }
+                                 if (e == cudaSuccess) e = cudaDeviceGetAttribute(&f.l2_bytes, cudaDevAttrL2CacheSize, device);
                                  return e;
                                }),
                where);

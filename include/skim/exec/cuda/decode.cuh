@@ -13,7 +13,8 @@
 // all query heads of a kv head (the GQA group) × the queries of a query block, so every selected K/V
 // block is read from memory once per kv head; with index_scope::query_head one head × the queries.
 // A split is `chunk_blocks` consecutive ids of the row. 8 warps per CTA share the split's keys; K/V
-// stream through shared memory by cp.async. Two split kernels compute it (decode::kernel):
+// stream through shared memory by cp.async (evict-first in L2 where the launch's K/V are at least
+// half of L2: core/cuda/launch.cuh, streams_past_l2). Two split kernels compute it (decode::kernel):
 //  - decode_kernel::cuda_cores (decode_simt.cuh): fp32 dot products per key, any 16-bit Q and K/V
 //    types, any GPU; 2 tiles (8 KB) in flight per warp.
 //  - decode_kernel::tensor_cores (decode_mma.cuh): keys as the M of mma.sync.m16n8k16 and the
@@ -246,6 +247,14 @@ struct decode {
     lp.max_rows = unit_rows(p);
     lp.q_blocks = p.max_q_blocks();
     lp.scale_log2 = p.scale() * detail::decode_impl::log2e;
+    {  // the K/V bytes this launch may read, each once (its kv heads' selected blocks)
+      const std::int32_t blocks = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
+      const std::size_t kv_bytes = static_cast<std::size_t>(p.batch) * p.heads_kv * blocks * p.block_kv * p.head_dim *
+                                   2 * sizeof(TKV);
+      skim::cuda::device_facts d;
+      SKIM_TRY(skim::cuda::current_device(d, "skim::cuda::decode: device attributes"));
+      lp.stream_kv = skim::cuda::streams_past_l2(kv_bytes, d);
+    }
     if (lp.splits > 1) {
       const std::size_t units = static_cast<std::size_t>(p.index_heads()) * p.batch * p.max_q_blocks();
       lp.partial_o = reinterpret_cast<float*>(workspace.data());

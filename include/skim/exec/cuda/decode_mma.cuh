@@ -281,8 +281,17 @@ __global__ void __launch_bounds__(threads, 1)
   };
 
   // The warp's next tile into buffer st. Lane k < tile_keys writes key slot k's token; the copy of
-  // step i moves chunk lane % chunks of slot i · keys_per_copy + lane / chunks.
-  const auto issue = [&](int st) {
+  // step i moves chunk lane % chunks of slot i · keys_per_copy + lane / chunks. K/V are read once a
+  // launch: where it streams past L2 (lp.stream_kv), their lines go first (Stream; issue_tile picks).
+  const std::uint64_t kv_policy = skim::cuda::ptx::l2_policy(true);
+  const auto issue = [&]<bool Stream>(int st) {
+    const auto copy = [&](std::uint32_t dst, const auto* from) {
+      if constexpr (Stream) {
+        sm80::cp_async_16(dst, from, kv_policy);
+      } else {
+        sm80::cp_async_16(dst, from);
+      }
+    };
     const std::int32_t jb = next_tile.jb;
     const std::int32_t first = next_tile.sub * G::tile_keys;  // offset in the block
     next_tile.jb += stride.jb;
@@ -302,8 +311,8 @@ __global__ void __launch_bounds__(threads, 1)
         const long long ko = __shfl_sync(0xffffffffu, off, key);
         const std::uint32_t dst = static_cast<std::uint32_t>(CG::offset(key, c));
         if (ko >= 0) {
-          sm80::cp_async_16(k_st + dst, k_base + ko + c * 16);
-          sm80::cp_async_16(v_st + dst, v_base + ko + c * 16);
+          copy(k_st + dst, k_base + ko + c * 16);
+          copy(v_st + dst, v_base + ko + c * 16);
         } else {
           sm80::zero_16(k_st + dst);
           sm80::zero_16(v_st + dst);
@@ -322,8 +331,8 @@ __global__ void __launch_bounds__(threads, 1)
         const int key = i * G::keys_per_copy + lane / G::chunks;
         const std::uint32_t dst = static_cast<std::uint32_t>(sm80::swizzle<D>(key, c) * 2);
         if (key < limit) {
-          sm80::cp_async_16(k_st + dst, k_base + row0 + i * step_off);
-          sm80::cp_async_16(v_st + dst, v_base + row0 + i * step_off);
+          copy(k_st + dst, k_base + row0 + i * step_off);
+          copy(v_st + dst, v_base + row0 + i * step_off);
         } else {
           sm80::zero_16(k_st + dst);
           sm80::zero_16(v_st + dst);
@@ -338,12 +347,19 @@ __global__ void __launch_bounds__(threads, 1)
       const long long ko = __shfl_sync(0xffffffffu, off, key);
       const std::uint32_t dst = static_cast<std::uint32_t>(sm80::swizzle<D>(key, c) * 2);
       if (ko >= 0) {
-        sm80::cp_async_16(k_st + dst, k_base + ko + c * sm80::chunk_elems);
-        sm80::cp_async_16(v_st + dst, v_base + ko + c * sm80::chunk_elems);
+        copy(k_st + dst, k_base + ko + c * sm80::chunk_elems);
+        copy(v_st + dst, v_base + ko + c * sm80::chunk_elems);
       } else {
         sm80::zero_16(k_st + dst);
         sm80::zero_16(v_st + dst);
       }
+    }
+  };
+  const auto issue_tile = [&](int st) {  // CTA-uniform: plain copies where K/V fit half of L2
+    if (lp.stream_kv) {
+      issue.template operator()<true>(st);
+    } else {
+      issue.template operator()<false>(st);
     }
   };
 
@@ -593,13 +609,13 @@ __global__ void __launch_bounds__(threads, 1)
     compute_tile = start;
 #pragma unroll
     for (int k = 0; k < stages - 1; ++k) {
-      if (k < mine) issue(k);
+      if (k < mine) issue_tile(k);
       sm80::cp_async_commit();
     }
     for (std::int32_t k = 0; k < mine; ++k) {
       const std::int32_t next = k + stages - 1;
       __syncwarp();  // every lane is done reading buffer next % stages (tile k - 1's)
-      if (next < mine) issue(static_cast<int>(next % stages));
+      if (next < mine) issue_tile(static_cast<int>(next % stages));
       sm80::cp_async_commit();
       sm80::cp_async_wait<stages - 1>();
       __syncwarp();

@@ -1,6 +1,6 @@
 #pragma once
 // PTX wrappers the CUDA kernels share (prefill_sm80.cuh, decode_simt.cuh, decode_mma.cuh):
-// cp.async copies, ldmatrix, movmatrix, mma.sync m16n8k16, ex2.approx, 16-bit packing, and a compile-time
+// cp.async copies and loads under an L2 policy, ldmatrix, movmatrix, mma.sync m16n8k16, ex2.approx, 16-bit packing, and a compile-time
 // unrolled loop. sm_80 and later.
 
 #include <cuda_bf16.h>
@@ -24,6 +24,32 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src) 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src) noexcept { cp_async_16(smem_u32(dst), src); }
+// An L2 cache policy (createpolicy, sm_80 and later) for bytes a launch reads once (K/V, summary
+// records): evict_first marks their lines as the first to go, so that the small tensors every launch
+// reads first (sequence lengths, index rows, Q) are still in L2 at the next launch rather than
+// flushed by the stream (launch.cuh: streams_past_l2 decides); else evict_normal, as a plain load.
+// Created once per thread and passed to the copies below.
+[[nodiscard]] __device__ __forceinline__ std::uint64_t l2_policy(bool evict_first) noexcept {
+  std::uint64_t first, normal;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(first));
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(normal));
+  return evict_first ? first : normal;
+}
+// cp_async_16 under an L2 policy (l2_policy).
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, std::uint64_t policy) noexcept {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "l"(policy)
+               : "memory");
+}
+// 16 bytes global → registers under an L2 policy: a plain, coherent load (the bytes may have been
+// written earlier in the same kernel, before a barrier). volatile keeps it after that barrier; with no
+// memory clobber the compiler may still schedule other loads around it.
+[[nodiscard]] __device__ __forceinline__ uint4 ld_16(const void* src, std::uint64_t policy) noexcept {
+  uint4 v;
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(src), "l"(policy));
+  return v;
+}
 // 8 bytes global → shared (through L1: .cg takes 16-byte copies only).
 __device__ __forceinline__ void cp_async_8(void* dst, const void* src) noexcept {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");

@@ -214,6 +214,12 @@ struct decode_router {
           .scale = p.scale(), .reduce = router.reduce, .heads = heads_per_row(p), .padded_heads = padded_heads(p),
           .stride = stride,
           .vector_loads = vector_loads(a.summaries, p.head_dim)};
+      if constexpr (!is_device_multi_centroid_v<S>) {  // the records' bytes: min and max of every block
+        const std::size_t bytes = static_cast<std::size_t>(p.batch) * p.heads_kv * stride * p.head_dim * 2 * sizeof(TS);
+        device_facts d;
+        SKIM_TRY(current_device(d, "skim::cuda::decode_router: device attributes"));
+        sp.stream = streams_past_l2(bytes, d);
+      }
       if (candidates != nullptr) {
         sp.candidates = candidates;
         sp.slots = impl::candidate_slots(selector.dynamic.k);

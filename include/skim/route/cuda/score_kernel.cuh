@@ -8,7 +8,8 @@
 // registers and scores up to 8 heads a pass, so the record is read once per pass:
 //  - max_bound records (min, max): 64 bytes of each a step, the next step in flight while this one
 //    is summed, so the loads of a warp cover whole 32-byte sectors; records of codes are scaled as
-//    they are read (their scale: one float a record);
+//    they are read (their scale: one float a record); evict-first in L2 where the launch's records
+//    are at least half of L2 (score_params::stream);
 //  - multi_centroid records (M sums, M sizes): the best over the non-empty clusters of
 //    (q . sum) / size, as summarize::multi_centroid::score.
 // Writes scores [batch, index_heads, max_kv_blocks] (-inf past the visible blocks) to the workspace;
@@ -22,6 +23,7 @@
 #include <type_traits>
 
 #include "skim/core/cuda/common.cuh"
+#include "skim/exec/cuda/ptx.cuh"
 #include "skim/index/cuda/device_index.cuh"
 #include "skim/summarize/cuda/max_bound.cuh"
 #include "skim/summarize/cuda/multi_centroid.cuh"
@@ -48,6 +50,7 @@ struct score_params {
   std::int32_t padded_heads = 1;       // heads rounded up to the pass width (rows of the staged queries)
   std::int64_t stride = 0;             // floats per score row: the problem's max_kv_blocks()
   bool vector_loads = false;           // 16-byte loads of records (head_dim·sizeof(TS) % 16 == 0, aligned)
+  bool stream = false;                 // records evict-first in L2 (launch.cuh: streams_past_l2)
   // Candidates kept for decode's selection (device_routed_table's), or null: scores only.
   std::uint64_t* candidates = nullptr;
   std::int32_t slots = 0;
@@ -107,10 +110,10 @@ __device__ __forceinline__ void dequantize(float& lo, float& hi, float scale) no
 // steps (256 bytes) in flight; queries come from shared memory (sq: [padded heads][head_dim] fp32,
 // the same address for every lane: broadcast). Dims past the last whole step, or every dim without
 // vector loads, are read one element at a time. scale: the record's, for code summaries (lo and hi
-// already swapped where it is negative).
+// already swapped where it is negative); policy: the vector loads' L2 policy (ptx.cuh, l2_policy).
 template <int HP, class TS>
 __device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, float scale, const float* sq, int head_dim,
-                                            int h0, bool vector_loads, float (&acc)[HP]) noexcept {
+                                            int h0, bool vector_loads, std::uint64_t policy, float (&acc)[HP]) noexcept {
   constexpr int per = 16 / static_cast<int>(sizeof(TS));  // elements per 16-byte word
   constexpr int step = record_vecs * per;                  // dims per step
 #pragma unroll
@@ -124,14 +127,17 @@ __device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, float sc
     uint4 cl[record_vecs], ch[record_vecs];
     if (whole > 0) {
 #pragma unroll
-      for (int v = 0; v < record_vecs; ++v) cl[v] = vlo[v], ch[v] = vhi[v];
+      for (int v = 0; v < record_vecs; ++v) cl[v] = ptx::ld_16(vlo + v, policy), ch[v] = ptx::ld_16(vhi + v, policy);
     }
     for (; d0 < whole; d0 += step) {
       uint4 nl[record_vecs], nh[record_vecs];
       if (d0 + step < whole) {
         const int w0 = (d0 + step) / per;
 #pragma unroll
-        for (int v = 0; v < record_vecs; ++v) nl[v] = vlo[w0 + v], nh[v] = vhi[w0 + v];
+        for (int v = 0; v < record_vecs; ++v) {
+          nl[v] = ptx::ld_16(vlo + w0 + v, policy);
+          nh[v] = ptx::ld_16(vhi + w0 + v, policy);
+        }
       }
 #pragma unroll
       for (int v = 0; v < record_vecs; ++v) {
@@ -170,7 +176,7 @@ __device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, float sc
 // summed in dimension order and rounded step by step; -inf where no cluster has keys.
 template <int HP, std::int32_t M, std::int32_t L>
 __device__ __forceinline__ void score_heads(const device_multi_centroid<M, L>& s, std::int64_t rec, const float* sq,
-                                            int head_dim, int h0, bool, float (&acc)[HP]) noexcept {
+                                            int head_dim, int h0, bool, std::uint64_t, float (&acc)[HP]) noexcept {
   const float* r = s.records + rec;
   const float* size = r + static_cast<std::ptrdiff_t>(M) * head_dim;
   const float* q0 = sq + static_cast<std::ptrdiff_t>(h0) * head_dim;
@@ -198,7 +204,8 @@ __device__ __forceinline__ void score_heads(const device_multi_centroid<M, L>& s
 // The same heads from a max_bound record.
 template <int HP, class TS>
 __device__ __forceinline__ void score_heads(const device_max_bound<TS>& s, std::int64_t rec, const float* sq,
-                                            int head_dim, int h0, bool vector_loads, float (&acc)[HP]) noexcept {
+                                            int head_dim, int h0, bool vector_loads, std::uint64_t policy,
+                                            float (&acc)[HP]) noexcept {
   const TS* lo = s.lo + rec;
   const TS* hi = s.hi + rec;
   float scale = 1.0f;
@@ -210,7 +217,7 @@ __device__ __forceinline__ void score_heads(const device_max_bound<TS>& s, std::
       hi = t;
     }
   }
-  score_heads<HP>(lo, hi, scale, sq, head_dim, h0, vector_loads, acc);
+  score_heads<HP>(lo, hi, scale, sq, head_dim, h0, vector_loads, policy, acc);
 }
 
 // Whether a record holds no key (it scores -inf for every head).
@@ -283,10 +290,11 @@ __global__ void __launch_bounds__(score_threads)
     const std::int64_t rec = s.record(p, b, j0 + j, kv_head);
     const bool empty = record_empty(s, rec, head_dim);  // no key: -inf
     const bool by_max = sp.reduce == route::group_reduce::max;
+    const std::uint64_t policy = ptx::l2_policy(sp.stream);
     float a = by_max ? neg_inf : 0.0f;
     for (int h0 = 0; h0 < heads; h0 += HP) {
       float acc[HP];
-      score_heads<HP>(s, rec, sq, head_dim, h0, sp.vector_loads, acc);
+      score_heads<HP>(s, rec, sq, head_dim, h0, sp.vector_loads, policy, acc);
 #pragma unroll
       for (int i = 0; i < HP; ++i) {
         if (h0 + i < heads) {  // head order, as pooled_router folds; NaN pools as -inf
