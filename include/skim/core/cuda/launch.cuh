@@ -81,7 +81,9 @@ struct device_facts {
                                    e = cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                                               device);
                                  }
-                                 if (e == cudaSuccess) e = cudaDeviceGetAttribute(&f.l2_bytes, cudaDevAttrL2CacheSize, device);
+                                 if (e == cudaSuccess) {
+                                   e = cudaDeviceGetAttribute(&f.l2_bytes, cudaDevAttrL2CacheSize, device);
+                                 }
                                  return e;
                                }),
                where);

@@ -1,7 +1,7 @@
 #pragma once
-// PTX wrappers the CUDA kernels share (prefill_sm80.cuh, decode_simt.cuh, decode_mma.cuh):
-// cp.async copies and loads under an L2 policy, ldmatrix, movmatrix, mma.sync m16n8k16, ex2.approx, 16-bit packing, and a compile-time
-// unrolled loop. sm_80 and later.
+// PTX wrappers the CUDA kernels share (prefill_sm80.cuh, decode_simt.cuh, decode_mma.cuh, the routed
+// score kernel): cp.async copies and loads under an L2 policy, ldmatrix, movmatrix, mma.sync m16n8k16,
+// ex2.approx, 16-bit packing, and a compile-time unrolled loop. sm_80 and later.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

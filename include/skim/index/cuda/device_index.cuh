@@ -417,7 +417,8 @@ inline constexpr bool is_shared_stored_device_index_v = false;
 template <class I>
 inline constexpr bool is_shared_stored_device_index_v<device_head_shared<I>> = is_stored_device_index_v<I>;
 // A table decode fills as it reads it, from decode_router's scores or the candidates its score kernel
-// kept (select/cuda/select_kernel.cuh, select_row.cuh, candidates.cuh; device_kept_table: the latter, as decode runs it): decode only.
+// kept (select/cuda/select_kernel.cuh, select_row.cuh, candidates.cuh; device_kept_table: the latter,
+// as decode runs it): decode only.
 struct device_routed_table;
 struct device_kept_table;
 template <class I>

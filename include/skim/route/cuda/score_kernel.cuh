@@ -113,7 +113,8 @@ __device__ __forceinline__ void dequantize(float& lo, float& hi, float scale) no
 // already swapped where it is negative); policy: the vector loads' L2 policy (ptx.cuh, l2_policy).
 template <int HP, class TS>
 __device__ __forceinline__ void score_heads(const TS* lo, const TS* hi, float scale, const float* sq, int head_dim,
-                                            int h0, bool vector_loads, std::uint64_t policy, float (&acc)[HP]) noexcept {
+                                            int h0, bool vector_loads, std::uint64_t policy,
+                                            float (&acc)[HP]) noexcept {
   constexpr int per = 16 / static_cast<int>(sizeof(TS));  // elements per 16-byte word
   constexpr int step = record_vecs * per;                  // dims per step
 #pragma unroll
