@@ -89,6 +89,15 @@ struct device_facts {
                where);
 }
 
+// streams_past_l2 for the current device: `out` says whether a launch reading `bytes` once should mark
+// them evict-first.
+[[nodiscard]] inline status streams_past_l2(std::size_t bytes, bool& out, const char* where) noexcept {
+  device_facts d;
+  SKIM_TRY(current_device(d, where));
+  out = streams_past_l2(bytes, d);
+  return status::success();
+}
+
 // Lets Kernel launch with up to all the dynamic shared memory the device allows (its opt-in limit
 // less the kernel's static shared memory), once per kernel and device. The attribute is a cap, not
 // a reservation: occupancy still follows each launch's own size.

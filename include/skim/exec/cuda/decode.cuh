@@ -13,8 +13,9 @@
 // all query heads of a kv head (the GQA group) × the queries of a query block, so every selected K/V
 // block is read from memory once per kv head; with index_scope::query_head one head × the queries.
 // A split is `chunk_blocks` consecutive ids of the row. 8 warps per CTA share the split's keys; K/V
-// stream through shared memory by cp.async (evict-first in L2 where the launch's K/V are at least
-// half of L2: core/cuda/launch.cuh, streams_past_l2). Two split kernels compute it (decode::kernel):
+// stream through shared memory by cp.async (the tensor-core kernel's copies evict-first in L2 where
+// the launch's K/V are at least half of L2: core/cuda/launch.cuh, streams_past_l2). Two split
+// kernels compute it (decode::kernel):
 //  - decode_kernel::cuda_cores (decode_simt.cuh): fp32 dot products per key, any 16-bit Q and K/V
 //    types, any GPU; 2 tiles (8 KB) in flight per warp.
 //  - decode_kernel::tensor_cores (decode_mma.cuh): keys as the M of mma.sync.m16n8k16 and the
@@ -127,13 +128,19 @@ struct decode {
   static constexpr std::int32_t auto_long_keys_quantized = 1024;
   static constexpr std::int32_t auto_min_keys = 256;
 
+  // Ids a row may hold: max_selected_blocks, at most the problem's blocks per sequence.
+  [[nodiscard]] static std::int32_t selected_bound(const skim::cuda::device_problem& p,
+                                                   std::int32_t max_selected_blocks) noexcept {
+    return max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
+  }
+
   // Blocks per split: chunk_blocks if set; else, for a target of T CTAs (as above), ceil(bound /
   // ceil(T / units)), the bound itself (one split) when units >= T; at least auto_min_keys keys, at
   // most max_chunk_blocks.
   [[nodiscard]] std::int32_t chunk(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks,
                                    bool quantized = false) const noexcept {
     if (chunk_blocks > 0) return chunk_blocks;
-    const std::int32_t bound = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
+    const std::int32_t bound = selected_bound(p, max_selected_blocks);
     if (bound <= 0 || p.block_kv <= 0) return 1;
     const std::int64_t units = static_cast<std::int64_t>(p.index_heads()) * p.batch * p.max_q_blocks();
     const auto splits_for = [&](std::int64_t target) -> std::int64_t {
@@ -155,7 +162,7 @@ struct decode {
   // Splits per row for at most max_selected_blocks ids per row (at least 1).
   [[nodiscard]] std::int32_t splits(const skim::cuda::device_problem& p, std::int32_t max_selected_blocks,
                                     bool quantized = false) const noexcept {
-    const std::int32_t bound = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
+    const std::int32_t bound = selected_bound(p, max_selected_blocks);
     const std::int32_t c = chunk(p, max_selected_blocks, quantized);
     if (bound <= 0 || c <= 0) return 1;
     return (bound - 1) / c + 1;
@@ -247,14 +254,10 @@ struct decode {
     lp.max_rows = unit_rows(p);
     lp.q_blocks = p.max_q_blocks();
     lp.scale_log2 = p.scale() * detail::decode_impl::log2e;
-    {  // the K/V bytes this launch may read, each once (its kv heads' selected blocks)
-      const std::int32_t blocks = max_selected_blocks < p.max_kv_blocks() ? max_selected_blocks : p.max_kv_blocks();
-      const std::size_t kv_bytes = static_cast<std::size_t>(p.batch) * p.heads_kv * blocks * p.block_kv * p.head_dim *
-                                   2 * sizeof(TKV);
-      skim::cuda::device_facts d;
-      SKIM_TRY(skim::cuda::current_device(d, "skim::cuda::decode: device attributes"));
-      lp.stream_kv = skim::cuda::streams_past_l2(kv_bytes, d);
-    }
+    // The K/V bytes this launch may read, each once (its kv heads' selected blocks).
+    const std::size_t kv_bytes = static_cast<std::size_t>(p.batch) * p.heads_kv *
+                                 selected_bound(p, max_selected_blocks) * p.block_kv * p.head_dim * 2 * sizeof(TKV);
+    SKIM_TRY(skim::cuda::streams_past_l2(kv_bytes, lp.stream_kv, "skim::cuda::decode: device attributes"));
     if (lp.splits > 1) {
       const std::size_t units = static_cast<std::size_t>(p.index_heads()) * p.batch * p.max_q_blocks();
       lp.partial_o = reinterpret_cast<float*>(workspace.data());

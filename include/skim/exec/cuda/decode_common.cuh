@@ -96,7 +96,7 @@ struct launch_params {
   float scale_log2 = 0.0f;     // softmax scale · log2(e)
   float* partial_o = nullptr;  // [units, splits, max_rows, head_dim] when splits > 1
   float* partial_ml = nullptr; // [units, splits, max_rows, 2]: m (log2 domain), l
-  bool stream_kv = false;      // K/V lines evict-first in L2 (ptx.cuh: l2_policy; launch.cuh: streams_past_l2)
+  bool stream_kv = false;      // the tensor-core kernel's K/V copies evict-first in L2 (launch.cuh: streams_past_l2)
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -216,9 +216,7 @@ struct decode_router {
           .vector_loads = vector_loads(a.summaries, p.head_dim)};
       if constexpr (!is_device_multi_centroid_v<S>) {  // the records' bytes: min and max of every block
         const std::size_t bytes = static_cast<std::size_t>(p.batch) * p.heads_kv * stride * p.head_dim * 2 * sizeof(TS);
-        device_facts d;
-        SKIM_TRY(current_device(d, "skim::cuda::decode_router: device attributes"));
-        sp.stream = streams_past_l2(bytes, d);
+        SKIM_TRY(streams_past_l2(bytes, sp.stream, "skim::cuda::decode_router: device attributes"));
       }
       if (candidates != nullptr) {
         sp.candidates = candidates;
