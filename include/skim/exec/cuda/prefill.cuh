@@ -23,8 +23,9 @@
 // kernels per element type, K/V source and index kind), Q and K/V both bf16 or both fp16, O of the
 // same type or float, K/V contiguous (the fast path) or paged (any page size), or quantised
 // (core/cuda/quantized.cuh: int8 or fp8 e4m3 codes, contiguous or paged, with a K and a V scale per
-// key block, on the mma.sync kernel: the codes are widened exactly to Q's type in shared memory, S is
-// scaled by the block's K scale and P by its V scale before P·V), scope kv_head or
+// key block: the codes are widened exactly to Q's type into the kernel's 16-bit tiles, S is scaled by
+// the block's K scale and P by its V scale before P·V; contiguous codes on the wgmma kernel where it
+// applies, paged ones on the mma.sync kernel), scope kv_head or
 // query_head, and any device index (index/cuda/device_index.cuh): device_block_table and device_block_csr share one
 // kernel (the form is a uniform run-time branch); device_causal_all, device_sink,
 // device_sliding_window and unions (make_device_union(table, device_sink{1},
@@ -62,7 +63,8 @@ namespace skim::cuda {
 
 // Which kernel prefill runs.
 enum class prefill_kernel : std::uint8_t {
-  automatic,  // wgmma where it applies (sm_90 device, sm_90a binary, block_q 128, contiguous K/V), else mma_sync
+  automatic,  // wgmma where it applies (sm_90 device, sm_90a binary, block_q 128, contiguous K/V or codes), else
+              // mma_sync
   mma_sync,   // the sm_80 kernel, every supported shape and source
   wgmma,      // the sm_90a kernel; unsupported where it does not apply
 };
@@ -124,10 +126,10 @@ struct prefill {
     if (kernel != prefill_kernel::mma_sync) SKIM_TRY((detail::prefill_sm90::available<TQ, KV, Index>(p, wgmma)));
     if (kernel == prefill_kernel::wgmma && !wgmma) {
       return status::error(status_code::unsupported,
-                           "prefill (wgmma): needs contiguous 16-bit K/V, block_q 128, an sm_90 device and a binary built "
-                           "for sm_90a");
+                           "prefill (wgmma): needs contiguous K/V (16-bit, or 8-bit codes), block_q 128, an sm_90 "
+                           "device and a binary built for sm_90a");
     }
-    if constexpr (std::is_same_v<KV, skim::cuda::device_contiguous_kv<TQ>>) {
+    if constexpr (detail::prefill_sm90::wgmma_source_v<TQ, KV>) {
       if (wgmma) return detail::prefill_sm90::run(a, grid, stream);
     }
     return detail::prefill_sm80::run(a, grid, stream);

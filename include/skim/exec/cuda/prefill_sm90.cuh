@@ -4,8 +4,8 @@
 // sm_80 kernel (prefill_sm80.cuh; P rounded to the input type before P·V, the device error word,
 // o = 0 / lse = -inf for rows that see no key, deterministic), on a narrower set of shapes:
 //
-//   head_dim 64 or 128, block_q 128, block_kv 64 or 128, Q and K/V both bf16 or both fp16, O of
-//   the same type or float, K/V contiguous, any device index (index/cuda/device_index.cuh), scope kv_head or
+//   head_dim 64 or 128, block_q 128, block_kv 64 or 128, Q and K/V both bf16 or both fp16 (or K/V
+//   as int8 / fp8 e4m3 codes), O of the same type or float, K/V contiguous, any device index (index/cuda/device_index.cuh), scope kv_head or
 //   query_head. prefill picks it on an sm_90 device for such problems (prefill_kernel::automatic)
 //   when the binary holds its wgmma body: built for sm_90a (`-gencode=arch=compute_90a,code=sm_90a`).
 //   Other device passes (sm_80, plain sm_90) compile a stand-in body that prefill recognises by its
@@ -21,6 +21,10 @@
 //     another ("empty"). It keeps few registers (setmaxnreg).
 //     (With cp.async for every tile this kernel ran no faster than the sm80 one, both bound by moving
 //     tiles; whole-tile tensor copies are what make it faster: docs/performance.md, GPU prefill.)
+//     Over 8-bit codes its threads load every tile's codes into registers, widen them exactly to
+//     Q's type and store the same 16-bit tiles, with the block's K and V scales in a slot beside
+//     the id; the consumers scale S by the K scale and P by the V scale (rounded to 16 bits; l sums
+//     the unscaled P), as the sm_80 kernel does.
 //   - Warpgroups 1 and 2 consume, 64 query rows each: S = Q·Kᵀ by wgmma (Q and K from shared
 //     memory, K-major), online softmax in registers (masking only on tiles that are not full
 //     blocks), then O += P·V by wgmma with P from registers and V from shared memory (MN-major).
@@ -48,6 +52,7 @@
 
 #include "skim/core/status.hpp"
 #include "skim/core/cuda/common.cuh"
+#include "skim/core/cuda/quantized.cuh"
 #include "skim/exec/cuda/prefill_common.cuh"
 #include "skim/exec/cuda/ptx.cuh"
 #include "skim/exec/cuda/wgmma.cuh"
@@ -89,8 +94,17 @@ struct layout {
   static constexpr std::uint32_t empty = full + 8 * stages;
   static constexpr std::uint32_t q_ready = empty + 8 * stages;
   static constexpr std::uint32_t ids = q_ready + 8;  // int32 per stage: the tile's block id, -1 = end
-  static constexpr std::size_t bytes = ids + 4 * stages + atom_bytes;  // + slack to align the base
+  static constexpr std::uint32_t scales = ids + 4 * stages;  // float2 per stage: the block's K and V scales (codes)
+  static constexpr std::size_t bytes = scales + 8 * stages + atom_bytes;  // + slack to align the base
 };
+
+// The K/V sources this kernel reads: contiguous 16-bit K/V of Q's type, or contiguous 8-bit codes
+// (core/cuda/quantized.cuh) that its producer widens into the same 16-bit tiles.
+template <class T, class KV>
+inline constexpr bool wgmma_source_v = std::is_same_v<KV, skim::cuda::device_contiguous_kv<T>>;
+template <class T, class Code>
+inline constexpr bool wgmma_source_v<T, skim::cuda::device_quantized_kv<skim::cuda::device_contiguous_kv<Code>>> =
+    skim::cuda::is_device_code_v<Code>;
 
 // The kernel's arguments: prefill's, and the tensor maps of K and V (3-d: head_dim, token, kv head;
 // boxes of 64 dims x BK tokens, 128-byte swizzle) through which whole tiles are copied.
@@ -113,6 +127,7 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
   using skim::cuda::ptx::smem_u32;
   using skim::cuda::ptx::static_for;
   using L = layout<D, BK>;
+  constexpr bool quantized = skim::cuda::is_device_quantized_kv_v<KV>;
   constexpr int chunks = D / chunk_elems;      // 16-byte chunks per row
   constexpr int row_step = 128 / chunks;       // rows one pass of the producer's 128 threads covers
   static_assert(BK % row_step == 0 && block_q % row_step == 0);
@@ -120,8 +135,9 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
   extern __shared__ __align__(16) unsigned char skim_prefill_sm90_smem[];
   const std::uint32_t raw = smem_u32(skim_prefill_sm90_smem);
   const std::uint32_t base = (raw + atom_bytes - 1) / atom_bytes * atom_bytes;
-  std::int32_t* const tile_ids =
-      reinterpret_cast<std::int32_t*>(skim_prefill_sm90_smem + (base - raw) + L::ids);
+  unsigned char* const smem = skim_prefill_sm90_smem + (base - raw);  // generic address of `base`
+  std::int32_t* const tile_ids = reinterpret_cast<std::int32_t*>(smem + L::ids);
+  float2* const tile_scales = reinterpret_cast<float2*>(smem + L::scales);
 
   const skim::cuda::device_problem& p = prm.prob;
   const auto [h, b, i] = cta_coords(p);
@@ -169,6 +185,53 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
     // them; the buffer's barrier counts their bytes); the sequence's last, partial tile is copied by
     // cp.async with the keys past kv_len zero-filled, never read. Q is announced once tile 0 is in
     // flight, and before the producer first blocks on a buffer.
+    // Codes: every tile by the 128 threads, 16 codes a load (thread tid: chunk tid % code_chunks of
+    // rows tid / code_chunks + k · code_step), `batch` rows of K and of V in flight, each widened
+    // exactly to T (cvt: fp8 e4m3 and int8 are exact in bf16 and fp16) and stored as two 16-byte
+    // chunks of the swizzled tile; keys at or past kv_len are zero, never read. Thread 0 puts the
+    // block's scales beside its id. Generic stores, so each thread fences them for wgmma's reads.
+    const auto widen_codes = [&](std::int32_t id, int s, std::uint32_t kb, std::uint32_t vb) {
+      if constexpr (quantized) {
+        using Code = typename KV::value_type;
+        constexpr int code_chunks = D / 16;
+        constexpr int code_step = 128 / code_chunks;
+        constexpr int passes = BK / code_step;
+        constexpr int batch = passes < 2 ? passes : 2;  // 4 spills under the producer's 56 registers
+        const int cc = tid % code_chunks;
+        const int cr0 = tid / code_chunks;
+        if (tid == 0) {
+          const std::int64_t si = prm.kv.scale_index(b, id, kv_head);
+          tile_scales[s] = make_float2(prm.kv.k_scales[si], prm.kv.v_scales[si]);
+        }
+#pragma unroll
+        for (int k0 = 0; k0 < passes; k0 += batch) {
+          uint4 kw[batch], vw[batch];
+#pragma unroll
+          for (int k = 0; k < batch; ++k) {
+            const std::int32_t key = id * BK + cr0 + (k0 + k) * code_step;
+            kw[k] = vw[k] = make_uint4(0u, 0u, 0u, 0u);
+            if (key < row.kv_len) {
+              kw[k] = *reinterpret_cast<const uint4*>(prm.kv.codes.k_row(row, b, key, kv_head) + cc * 16);
+              vw[k] = *reinterpret_cast<const uint4*>(prm.kv.codes.v_row(row, b, key, kv_head) + cc * 16);
+            }
+          }
+#pragma unroll
+          for (int k = 0; k < batch; ++k) {
+            const int r = cr0 + (k0 + k) * code_step;
+            uint4 lo, hi;
+            skim::cuda::widen16_codes<T, Code>(kw[k], lo, hi);
+            *reinterpret_cast<uint4*>(smem + (kb - base) + tile_offset<BK>(r, 2 * cc)) = lo;
+            *reinterpret_cast<uint4*>(smem + (kb - base) + tile_offset<BK>(r, 2 * cc + 1)) = hi;
+            skim::cuda::widen16_codes<T, Code>(vw[k], lo, hi);
+            *reinterpret_cast<uint4*>(smem + (vb - base) + tile_offset<BK>(r, 2 * cc)) = lo;
+            *reinterpret_cast<uint4*>(smem + (vb - base) + tile_offset<BK>(r, 2 * cc + 1)) = hi;
+          }
+        }
+        wg::fence_proxy_async();
+        wg::mbar_arrive(full(s));
+      }
+    };
+
     bool q_pending = true;
     const auto flush_q = [&] {
       if (q_pending) {
@@ -188,7 +251,9 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
       const std::uint32_t kb = base + L::k + static_cast<std::uint32_t>(s) * L::tile_bytes;
       const std::uint32_t vb = base + L::v + static_cast<std::uint32_t>(s) * L::tile_bytes;
       if (tid == 0) tile_ids[s] = id;
-      if ((id + 1) * BK <= row.kv_len) {
+      if constexpr (quantized) {
+        widen_codes(id, s, kb, vb);
+      } else if ((id + 1) * BK <= row.kv_len) {
         if (tid == 0) {
           wg::mbar_arrive_expect_tx(full(s), 2 * L::tile_bytes);
           const std::int32_t token = row.kv_offset + id * BK;
@@ -256,6 +321,16 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
     float m[2] = {-INFINITY, -INFINITY};  // running max of the row, base-2 units
     float l[2] = {0.0f, 0.0f};            // this thread's share of the row's sum (quad-reduced at the end)
     const float scale_log2 = prm.scale_log2;
+    // The tile's factors: S by s_mul (scale_log2, times the block's K scale over codes), P by p_mul
+    // before P·V (the V scale; l sums the unscaled P), as the sm_80 kernel scales them.
+    float s_mul = scale_log2, p_mul = 1.0f;
+    const auto take_scales = [&](int s) {
+      if constexpr (quantized) {
+        const float2 ks = tile_scales[s];
+        s_mul = scale_log2 * ks.x;
+        p_mul = ks.y;
+      }
+    };
 
     const auto gemm_s = [&](int s) {
       static_for<D / 16>([&](auto kk) {
@@ -287,7 +362,7 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
       constexpr bool masked = decltype(masked_tag)::value;
       // Scale into base-2 units first, then mask: a negative scale must not turn -inf into +inf.
 #pragma unroll
-      for (int j = 0; j < BK / 2; ++j) sc[j] *= scale_log2;
+      for (int j = 0; j < BK / 2; ++j) sc[j] *= s_mul;
       if constexpr (masked) {
         const std::int32_t key0 = id * BK + quad_col;
 #pragma unroll
@@ -328,8 +403,8 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
         softmax(id, alpha, std::true_type{});
       }
     };
-    // O *= alpha (row r: elements 4j + 2r, 4j + 2r + 1), and P rounded to T as the A fragments of
-    // P·V: k step kk is S's n tiles 2kk and 2kk + 1.
+    // O *= alpha (row r: elements 4j + 2r, 4j + 2r + 1), and P (times p_mul over codes) rounded to T
+    // as the A fragments of P·V: k step kk is S's n tiles 2kk and 2kk + 1.
     const auto rescale_and_pack = [&](const float (&alpha)[2]) {
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) {
@@ -337,6 +412,10 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
         o[4 * j + 1] *= alpha[0];
         o[4 * j + 2] *= alpha[1];
         o[4 * j + 3] *= alpha[1];
+      }
+      if constexpr (quantized) {
+#pragma unroll
+        for (int j = 0; j < BK / 2; ++j) sc[j] *= p_mul;
       }
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) {
@@ -351,6 +430,7 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
     int t = 0;
     wg::mbar_wait(full(0), 0);
     std::int32_t id = tile_ids[0];
+    take_scales(0);
     if (id >= 0) {
       float alpha[2];
       wg::fence();
@@ -367,6 +447,7 @@ __global__ void __launch_bounds__(threads, 1) prefill_sm90_kernel(const __grid_c
         wg::mbar_wait(full(s), static_cast<std::uint32_t>((t / stages) & 1));
         id = tile_ids[s];
         if (id < 0) break;
+        take_scales(s);
         pin_o();
         wg::fence();
         gemm_s(s);       // S of tile t ...
@@ -453,11 +534,12 @@ template <class T, class KV, class Index, int D, int BK>
 inline constexpr auto kernel_of = prefill_sm90_kernel<T, KV, D, BK, Index>;
 
 // Whether this kernel runs `p` with these types on the current device: head_dim 64/128, block_q
-// 128, block_kv 64/128, contiguous K/V, an sm_90 device, and the wgmma body built (sm_90a).
+// 128, block_kv 64/128, contiguous K/V (wgmma_source_v), an sm_90 device, and the wgmma body built
+// (sm_90a).
 template <class T, class KV, class Index>
 [[nodiscard]] status available(const skim::cuda::device_problem& p, bool& yes) noexcept {
   yes = false;
-  if constexpr (std::is_same_v<KV, skim::cuda::device_contiguous_kv<T>>) {
+  if constexpr (wgmma_source_v<T, KV>) {
     if ((p.head_dim != 64 && p.head_dim != 128) || p.block_q != block_q || (p.block_kv != 64 && p.block_kv != 128)) {
       return status::success();
     }
@@ -541,8 +623,10 @@ template <class TQ, class KV, class Index, class TO>
   using KI = kernel_index_t<Index>;
   const skim::cuda::device_problem& p = a.prob;
   tma_params<TQ, KV, KI> prm;
-  SKIM_TRY(encode_kv_map(prm.k_map, a.kv.k, a.kv.token_stride, a.kv.head_stride, p));
-  SKIM_TRY(encode_kv_map(prm.v_map, a.kv.v, a.kv.token_stride, a.kv.head_stride, p));
+  if constexpr (!skim::cuda::is_device_quantized_kv_v<KV>) {  // codes are loaded by threads, not tensor copies
+    SKIM_TRY(encode_kv_map(prm.k_map, a.kv.k, a.kv.token_stride, a.kv.head_stride, p));
+    SKIM_TRY(encode_kv_map(prm.v_map, a.kv.v, a.kv.token_stride, a.kv.head_stride, p));
+  }
   prefill_common::fill_params(prm, a);
   if (p.head_dim == 64) {
     return p.block_kv == 64 ? launch<TQ, KV, KI, 64, 64>(prm, grid, stream) : launch<TQ, KV, KI, 64, 128>(prm, grid, stream);
