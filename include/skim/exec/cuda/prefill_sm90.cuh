@@ -5,9 +5,10 @@
 // o = 0 / lse = -inf for rows that see no key, deterministic), on a narrower set of shapes:
 //
 //   head_dim 64 or 128, block_q 128, block_kv 64 or 128, Q and K/V both bf16 or both fp16 (or K/V
-//   as int8 / fp8 e4m3 codes), O of the same type or float, K/V contiguous, any device index (index/cuda/device_index.cuh), scope kv_head or
-//   query_head. prefill picks it on an sm_90 device for such problems (prefill_kernel::automatic)
-//   when the binary holds its wgmma body: built for sm_90a (`-gencode=arch=compute_90a,code=sm_90a`).
+//   as int8 / fp8 e4m3 codes), O of the same type or float, K/V contiguous, any device index
+//   (index/cuda/device_index.cuh), scope kv_head or query_head. prefill picks it on an sm_90 device
+//   for such problems (prefill_kernel::automatic) when the binary holds its wgmma body: built for
+//   sm_90a (`-gencode=arch=compute_90a,code=sm_90a`).
 //   Other device passes (sm_80, plain sm_90) compile a stand-in body that prefill recognises by its
 //   static shared memory (available()) and never launches; paged K/V takes the sm_80 kernel.
 //
@@ -94,7 +95,7 @@ struct layout {
   static constexpr std::uint32_t empty = full + 8 * stages;
   static constexpr std::uint32_t q_ready = empty + 8 * stages;
   static constexpr std::uint32_t ids = q_ready + 8;  // int32 per stage: the tile's block id, -1 = end
-  static constexpr std::uint32_t scales = ids + 4 * stages;  // float2 per stage: the block's K and V scales (codes)
+  static constexpr std::uint32_t scales = ids + 4 * stages;  // float2 per stage: the block's K, V scales (codes)
   static constexpr std::size_t bytes = scales + 8 * stages + atom_bytes;  // + slack to align the base
 };
 
