@@ -95,7 +95,8 @@ struct layout {
   static constexpr std::uint32_t empty = full + 8 * stages;
   static constexpr std::uint32_t q_ready = empty + 8 * stages;
   static constexpr std::uint32_t ids = q_ready + 8;  // int32 per stage: the tile's block id, -1 = end
-  static constexpr std::uint32_t scales = ids + 4 * stages;  // float2 per stage: the block's K, V scales (codes)
+  // float2 per stage: the block's K and V scales (codes), on 8 bytes
+  static constexpr std::uint32_t scales = (ids + 4 * stages + 7) / 8 * 8;
   static constexpr std::size_t bytes = scales + 8 * stages + atom_bytes;  // + slack to align the base
 };
 
